@@ -1,0 +1,31 @@
+"""posenc_np: a reference NumPy implementation of transformer positional encodings.
+
+Families (one module each): :mod:`posenc_np.absolute`, :mod:`posenc_np.rope`,
+:mod:`posenc_np.alibi`, :mod:`posenc_np.relative`; the attention core
+:mod:`posenc_np.attention`; golden vectors :mod:`posenc_np.golden`; test helpers
+:mod:`posenc_np.testing`. Submodules load on first attribute access, so
+``import posenc_np`` stays cheap and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ._version import __version__
+
+_SUBMODULES = {
+    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "relative", "rope",
+    "testing", "train", "study",
+}
+
+__all__ = ["__version__", *sorted(_SUBMODULES)]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,126 @@
+"""Argument validation shared by every module.
+
+Every public function validates its arguments with these helpers so that bad input fails
+fast with a ``TypeError`` (wrong kind of thing) or ``ValueError`` (right kind, wrong value)
+whose message names the argument, shows the value and says what was expected.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "as_int_array",
+    "as_positions",
+    "check_choice",
+    "check_float_dtype",
+    "check_int",
+    "check_real",
+]
+
+
+def _show(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_int(value, name: str, *, minimum: int | None = None) -> int:
+    """Return ``value`` as a Python int, or raise.
+
+    ``bool`` is rejected (``True`` is not a head count). ``minimum`` is inclusive.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_show(value)}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+def check_real(
+    value,
+    name: str,
+    *,
+    positive: bool = False,
+    nonnegative: bool = False,
+    allow_none: bool = False,
+):
+    """Return ``value`` as a finite Python float, or raise.
+
+    NaN and infinities are always rejected; ``positive`` requires ``> 0``,
+    ``nonnegative`` requires ``>= 0``.
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {_show(value)}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if positive and not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if nonnegative and not value >= 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Return ``value`` if it is one of ``choices`` (strings), else raise."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {sorted(choices)}, got {type(value).__name__} {_show(value)}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
+
+
+def check_float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """Return ``np.dtype(dtype)`` if it is float16/32/64, else raise."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be a NumPy floating dtype, got {_show(dtype)}") from exc
+    if dt.kind != "f":
+        raise TypeError(f"{name} must be a NumPy floating dtype (float16/32/64), got {dt}")
+    return dt
+
+
+def _numeric_array(x, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise TypeError(f"{name} must be array-like of numbers: {exc}") from exc
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(
+            f"{name} must hold integers or floats, got dtype {arr.dtype} "
+            f"(booleans, strings and objects are not positions or values)"
+        )
+    return arr
+
+
+def as_positions(x, name: str = "positions") -> np.ndarray:
+    """Positions: any-shape integer or float array; finite. Returned without copying."""
+    arr = _numeric_array(x, name)
+    if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def as_int_array(x, name: str) -> np.ndarray:
+    """Integer array (int64). Floats holding whole numbers are *not* accepted."""
+    arr = _numeric_array(x, name)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def as_float_array(x, name: str, *, ndim_min: int = 0) -> np.ndarray:
+    """Floating array (dtype preserved; integers are converted to float64)."""
+    arr = _numeric_array(x, name)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
+    if arr.ndim < ndim_min:
+        raise ValueError(f"{name} must have at least {ndim_min} dimensions, got shape {arr.shape}")
+    return arr

@@ -1,0 +1,264 @@
+r"""Absolute positional encodings: sinusoidal, tensor2tensor timing signal, learned table,
+and the three ways of fusing a position vector with a token vector.
+
+Sinusoidal (Vaswani et al. 2017, "Attention Is All You Need", section 3.5):
+
+.. math::
+
+    PE_{(p, 2i)} = \sin(p\,\omega_i), \qquad PE_{(p, 2i+1)} = \cos(p\,\omega_i),
+    \qquad \omega_i = \mathrm{base}^{-2i/d}, \quad i = 0 \dots d/2 - 1.
+
+Because each channel pair is :math:`(\sin p\omega_i, \cos p\omega_i)`, shifting the position
+by :math:`k` is a fixed rotation of every pair by the angle :math:`k\omega_i`, every row has
+norm :math:`\sqrt{d/2}`, and rows are distinct over any range shorter than the longest
+wavelength :math:`2\pi\,\mathrm{base}`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_int_array, as_positions, check_choice, check_float_dtype, check_int, check_real
+from ._util import sum_to_shape
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "fuse",
+    "fuse_backward",
+    "sinusoidal",
+    "sinusoidal_frequencies",
+    "timing_signal",
+]
+
+SINUSOIDAL_LAYOUTS = ("interleaved", "concat")
+FUSIONS = ("add", "concat", "multiply")
+
+
+def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
+    r"""Angular frequencies :math:`\omega_i = \mathrm{base}^{-2i/d}` of the sinusoidal encoding.
+
+    Parameters
+    ----------
+    dim : int
+        Encoding width :math:`d`; must be even and positive.
+    base : float
+        Wavelength base, 10000 in the paper.
+
+    Returns
+    -------
+    ndarray, float64, shape ``(dim // 2,)``
+    """
+    dim = check_int(dim, "dim", minimum=1)
+    if dim % 2:
+        raise ValueError(f"dim must be even for the sinusoidal encoding, got {dim} "
+                         "(timing_signal zero-pads odd widths)")
+    base = check_real(base, "base", positive=True)
+    if base == 1.0:
+        raise ValueError("base must differ from 1 (every frequency would be 1)")
+    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def _sin_cos_layout(angles: np.ndarray, layout: str) -> np.ndarray:
+    """Lay ``sin``/``cos`` of ``angles`` (``(..., n)``) out as ``(..., 2n)``."""
+    s, c = np.sin(angles), np.cos(angles)
+    if layout == "concat":
+        return np.concatenate([s, c], axis=-1)
+    out = np.empty(angles.shape[:-1] + (2 * angles.shape[-1],), dtype=np.float64)
+    out[..., 0::2] = s
+    out[..., 1::2] = c
+    return out
+
+
+def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "interleaved",
+               dtype=np.float64) -> np.ndarray:
+    r"""Sinusoidal position encoding of Vaswani et al. (2017).
+
+    ``interleaved`` (the paper and the seed document):
+    :math:`PE[p, 2i] = \sin(p\omega_i)`, :math:`PE[p, 2i+1] = \cos(p\omega_i)`;
+    ``concat``: :math:`[\sin(p\omega_0) \dots \sin(p\omega_{d/2-1}) \mid \cos(p\omega_0) \dots]`
+    with the same :math:`\omega_i = \mathrm{base}^{-2i/d}` (this is *not* tensor2tensor's
+    exponent; see :func:`timing_signal`).
+
+    Parameters
+    ----------
+    positions : array_like of int or float, any shape
+        Positions :math:`p`; need not be integers, sorted or non-negative.
+    dim : int
+        Even encoding width :math:`d`.
+    base : float
+        Wavelength base.
+    layout : {"interleaved", "concat"}
+        Channel layout, see above.
+    dtype : floating dtype
+        Output dtype. Angles are computed in float64 and the result is cast once.
+
+    Returns
+    -------
+    ndarray, shape ``positions.shape + (dim,)``
+    """
+    layout = check_choice(layout, "layout", SINUSOIDAL_LAYOUTS)
+    dtype = check_float_dtype(dtype)
+    freqs = sinusoidal_frequencies(dim, base=base)
+    pos = as_positions(positions).astype(np.float64)
+    return _sin_cos_layout(pos[..., None] * freqs, layout).astype(dtype, copy=False)
+
+
+def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timescale: float = 1.0e4,
+                  start_index: int = 0, dtype=np.float64) -> np.ndarray:
+    r"""tensor2tensor's ``get_timing_signal_1d``: concat layout with its own exponent.
+
+    With :math:`n = \lfloor d/2 \rfloor` timescales,
+
+    .. math::
+
+        \omega_i = t_{min}\, \exp\!\Big(-i\,\frac{\ln(t_{max}/t_{min})}{\max(n-1, 1)}\Big), \qquad
+        \mathrm{signal}(p) = [\sin((p+s)\,\omega) \mid \cos((p+s)\,\omega) \mid 0_{d \bmod 2}],
+
+    where :math:`s` is ``start_index``. The lowest frequency is exactly
+    :math:`t_{min}/t_{max}` (the paper's is :math:`\mathrm{base}^{-(d-2)/d}`); for
+    :math:`d=8`: t2t ``[1, 0.0464, 0.00215, 1e-4]`` vs the paper's ``[1, 0.1, 0.01, 0.001]``.
+    Reference: tensor2tensor ``layers/common_attention.py``.
+
+    Parameters
+    ----------
+    positions : array_like of int or float, any shape
+    dim : int
+        Channels :math:`d \ge 1`; an odd width gets one zero channel at the end.
+    min_timescale, max_timescale : float
+        Shortest and longest timescales, ``0 < min_timescale <= max_timescale``.
+    start_index : int
+        Offset added to every position.
+    dtype : floating dtype
+
+    Returns
+    -------
+    ndarray, shape ``positions.shape + (dim,)``
+    """
+    dim = check_int(dim, "dim", minimum=1)
+    lo = check_real(min_timescale, "min_timescale", positive=True)
+    hi = check_real(max_timescale, "max_timescale", positive=True)
+    if hi < lo:
+        raise ValueError(f"max_timescale ({hi}) must be >= min_timescale ({lo})")
+    start_index = check_int(start_index, "start_index")
+    dtype = check_float_dtype(dtype)
+    n = dim // 2
+    increment = np.log(hi / lo) / max(n - 1, 1)
+    inv_timescales = lo * np.exp(-increment * np.arange(n, dtype=np.float64))
+    pos = as_positions(positions).astype(np.float64) + start_index
+    signal = _sin_cos_layout(pos[..., None] * inv_timescales, "concat")
+    if dim % 2:
+        signal = np.concatenate([signal, np.zeros(signal.shape[:-1] + (1,))], axis=-1)
+    return signal.astype(dtype, copy=False)
+
+
+class LearnedPositionalEmbedding:
+    r"""A learned absolute position table (BERT, GPT-2): :math:`y = W[p]`.
+
+    The gradient of a lookup is a scatter-add: :math:`\partial L/\partial W[r] =
+    \sum_{p_j = r} \partial L/\partial y_j`, so repeated positions accumulate. The table
+    cannot extrapolate: positions outside ``[0, num_positions)`` raise ``ValueError``.
+
+    Parameters
+    ----------
+    num_positions : int
+        Rows of the table (the longest sequence the model can see).
+    dim : int
+        Width of each position vector.
+    seed : int or None
+        Seed for the ``N(0, init_std^2)`` initialisation (GPT-2 uses 0.02).
+    init_std : float
+        Standard deviation of the initial weights.
+
+    Attributes
+    ----------
+    params : dict
+        ``{"weight": ndarray (num_positions, dim)}``.
+    grads : dict
+        Same keys; written by :meth:`backward`.
+    """
+
+    def __init__(self, num_positions: int, dim: int, *, seed=None, init_std: float = 0.02):
+        self.num_positions = check_int(num_positions, "num_positions", minimum=1)
+        self.dim = check_int(dim, "dim", minimum=1)
+        init_std = check_real(init_std, "init_std", nonnegative=True)
+        rng = np.random.default_rng(seed)
+        self.params = {"weight": rng.normal(0.0, init_std, size=(self.num_positions, self.dim))}
+        self.grads = {"weight": np.zeros_like(self.params["weight"])}
+        self._positions = None
+
+    def _check_positions(self, positions) -> np.ndarray:
+        pos = as_int_array(positions, "positions")
+        if pos.size and (pos.min() < 0 or pos.max() >= self.num_positions):
+            bad = pos[(pos < 0) | (pos >= self.num_positions)].reshape(-1)[0]
+            raise ValueError(
+                f"positions must lie in [0, {self.num_positions}) for a learned table of "
+                f"{self.num_positions} rows, got {int(bad)}; a learned table cannot extrapolate"
+            )
+        return pos
+
+    def forward(self, positions) -> np.ndarray:
+        """Look up rows: ``(...,)`` integer positions to ``(..., dim)``."""
+        self._positions = self._check_positions(positions)
+        return self.params["weight"][self._positions]
+
+    def backward(self, dout) -> None:
+        """Scatter-add ``dout`` (shape ``positions.shape + (dim,)``) into ``grads["weight"]``.
+
+        The gradient is overwritten, not accumulated across calls.
+        """
+        if self._positions is None:
+            raise RuntimeError("backward called before forward")
+        dout = np.asarray(dout)
+        expected = self._positions.shape + (self.dim,)
+        if dout.shape != expected:
+            raise ValueError(f"dout must have shape {expected}, got {dout.shape}")
+        grad = np.zeros_like(self.params["weight"])
+        np.add.at(grad, self._positions.reshape(-1), dout.reshape(-1, self.dim))
+        self.grads["weight"] = grad
+
+
+def _check_fusion(x, p, mode):
+    mode = check_choice(mode, "mode", FUSIONS)
+    x = np.asarray(x)
+    p = np.asarray(p)
+    if mode != "concat":
+        try:
+            np.broadcast_shapes(x.shape, p.shape)
+        except ValueError as exc:
+            raise ValueError(f"x of shape {x.shape} and p of shape {p.shape} do not broadcast") from exc
+        if np.broadcast_shapes(x.shape, p.shape) != x.shape:
+            raise ValueError(f"p of shape {p.shape} must broadcast to x's shape {x.shape}")
+    elif p.ndim > x.ndim or np.broadcast_shapes(x.shape[:-1], p.shape[:-1]) != x.shape[:-1]:
+        raise ValueError(f"p's leading axes {p.shape[:-1]} must broadcast to x's {x.shape[:-1]}")
+    return x, p, mode
+
+
+def fuse(x, p, mode: str = "add") -> np.ndarray:
+    r"""Fuse token vectors ``x`` with position vectors ``p`` (the seed's fusion debate).
+
+    ``add``: :math:`x + p`; ``concat``: :math:`[x, p]` along the last axis (the output is
+    wider); ``multiply``: :math:`x \odot p`. ``p`` broadcasts against ``x``'s leading axes
+    (typically ``p`` is ``(L, d_p)`` and ``x`` is ``(B, L, d)``).
+    """
+    x, p, mode = _check_fusion(x, p, mode)
+    if mode == "add":
+        return x + p
+    if mode == "multiply":
+        return x * p
+    return np.concatenate([x, np.broadcast_to(p, x.shape[:-1] + p.shape[-1:])], axis=-1)
+
+
+def fuse_backward(dy, x, p, mode: str = "add") -> tuple[np.ndarray, np.ndarray]:
+    r"""Gradients ``(dx, dp)`` of :func:`fuse`; ``dp`` is summed back to ``p``'s shape.
+
+    ``add``: :math:`(dy, dy)`; ``multiply``: :math:`(dy \odot p, dy \odot x)`;
+    ``concat``: the two slices of ``dy``.
+    """
+    x, p, mode = _check_fusion(x, p, mode)
+    dy = np.asarray(dy)
+    if mode == "add":
+        return dy, sum_to_shape(dy, p.shape)
+    if mode == "multiply":
+        return dy * p, sum_to_shape(dy * x, p.shape)
+    d = x.shape[-1]
+    return dy[..., :d], sum_to_shape(dy[..., d:], p.shape)

@@ -1,0 +1,56 @@
+"""The golden catalogue: every ``cases_<family>`` module in this package, collected.
+
+Family modules are discovered by name (sorted), so adding a family is adding a file.
+Importing this module imports neither mpmath nor the families; :func:`encodings` and
+:func:`cases` do.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from .spec import CaseSpec, Encoding
+
+
+def family_modules() -> list[str]:
+    from posenc_np import golden
+
+    return sorted(m.name for m in pkgutil.iter_modules(golden.__path__) if m.name.startswith("cases_"))
+
+
+@lru_cache(maxsize=None)
+def encodings() -> dict[str, Encoding]:
+    """All registered encodings by name."""
+    table: dict[str, Encoding] = {}
+    for mod_name in family_modules():
+        mod = importlib.import_module(f"posenc_np.golden.{mod_name}")
+        for enc in mod.ENCODINGS:
+            if enc.name in table:
+                raise RuntimeError(f"encoding {enc.name!r} registered twice ({mod_name})")
+            table[enc.name] = enc
+    return table
+
+
+def cases(only=None) -> list[CaseSpec]:
+    """All case specs, in catalogue order; ``only`` is a list of names or glob patterns."""
+    result: list[CaseSpec] = []
+    seen: set[str] = set()
+    table = encodings()
+    for mod_name in family_modules():
+        mod = importlib.import_module(f"posenc_np.golden.{mod_name}")
+        for spec in mod.cases():
+            if spec.name in seen:
+                raise RuntimeError(f"case name {spec.name!r} used twice")
+            if spec.encoding not in table:
+                raise RuntimeError(f"case {spec.name!r} names unknown encoding {spec.encoding!r}")
+            seen.add(spec.name)
+            result.append(spec)
+    if only:
+        unmatched = [p for p in only if not any(fnmatch.fnmatchcase(s.name, p) for s in result)]
+        if unmatched:
+            raise ValueError(f"--only patterns matched no case: {unmatched}")
+        result = [s for s in result if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
+    return result

@@ -1,0 +1,209 @@
+"""Testing helpers, public so that other projects can use them too.
+
+``gradcheck``
+    float64 central-difference check of a hand-written backward pass.
+``load_case`` / ``assert_golden``
+    read one golden case file (JSON or NPZ, validated and checksum-verified) and compare an
+    implementation's outputs against it with the case's own tolerance.
+
+Example (another project testing its RoPE against our vectors)::
+
+    from posenc_np.testing import load_case, assert_golden
+    case = load_case("vectors/v1/rope.apply.half.d8.json")
+    assert_golden(my_rope(case.inputs["x"], case.inputs["positions"]), case)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["GoldenCase", "GradcheckResult", "assert_golden", "gradcheck", "load_case"]
+
+
+# --------------------------------------------------------------------------- gradcheck
+
+@dataclass
+class GradcheckResult:
+    """Outcome of :func:`gradcheck`.
+
+    ``max_rel_error`` is the worst ``|analytic - numeric| / max(|analytic|, |numeric|, floor)``
+    over all checked entries; ``where`` names the input and index where it occurred.
+    """
+
+    max_rel_error: float
+    where: tuple
+    analytic: float
+    numeric: float
+    checked: int
+    tol: float
+
+    @property
+    def ok(self) -> bool:
+        return self.max_rel_error <= self.tol
+
+    def __str__(self) -> str:
+        name, idx = self.where
+        return (f"gradcheck {'passed' if self.ok else 'FAILED'}: worst relative error "
+                f"{self.max_rel_error:.3e} (tol {self.tol:.1e}) at {name}{list(idx)}: analytic "
+                f"{self.analytic:.10e}, numeric {self.numeric:.10e}; {self.checked} entries checked")
+
+
+def gradcheck(
+    fun: Callable[..., object],
+    backward: Callable[..., dict],
+    inputs: dict,
+    *,
+    eps: float = 1e-6,
+    tol: float = 1e-6,
+    max_entries: int | None = 200,
+    seed: int = 0,
+    raise_on_failure: bool = True,
+) -> GradcheckResult:
+    r"""Check a backward pass against float64 central differences.
+
+    The scalar probed is :math:`L(x) = \sum_o \langle f(x)_o, g_o \rangle` for a fixed random
+    cotangent :math:`g` (standard normal, seeded). For each checked entry :math:`x_j`,
+
+    .. math:: \frac{\partial L}{\partial x_j} \approx \frac{L(x + \epsilon e_j) - L(x - \epsilon e_j)}{2\epsilon}
+
+    is compared with ``backward(g, **inputs)[name][j]``.
+
+    Parameters
+    ----------
+    fun : callable
+        ``fun(**inputs)`` returns an array or a tuple of arrays.
+    backward : callable
+        ``backward(g, **inputs)`` returns a dict mapping (some of) the input names to their
+        gradients; ``g`` has the structure of ``fun``'s output. Inputs absent from the dict
+        are not checked (integer inputs such as positions, for instance).
+    inputs : dict of str to ndarray
+        Float inputs are converted to float64 copies; non-float inputs are passed as is.
+    eps : float
+        Central-difference step.
+    tol : float
+        Largest accepted relative error.
+    max_entries : int or None
+        Check at most this many entries per input (a seeded random subset); None = all.
+    seed : int
+        Seed for the cotangent and the subset.
+    raise_on_failure : bool
+        Raise ``AssertionError`` with the report when the check fails.
+
+    Returns
+    -------
+    GradcheckResult
+        The entry ``floor`` of the denominator is ``1e-3 * max |numeric gradient|`` (or 1e-12
+        when every gradient is zero), so entries whose true gradient is zero are judged on an
+        absolute scale.
+    """
+    rng = np.random.default_rng(seed)
+    x = {k: (np.array(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v) for k, v in inputs.items()}
+
+    def as_tuple(out):
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+    raw = fun(**x)
+    g = tuple(rng.standard_normal(np.shape(o)) for o in as_tuple(raw))
+    g_arg = g if isinstance(raw, (tuple, list)) else g[0]
+
+    def loss() -> float:
+        return float(sum(np.sum(np.asarray(o, dtype=np.float64) * gi) for o, gi in zip(as_tuple(fun(**x)), g)))
+
+    grads = backward(g_arg, **x)
+    if not grads:
+        raise ValueError("backward returned no gradients to check")
+    records = []  # (name, index, analytic, numeric)
+    for name, analytic in grads.items():
+        if analytic is None:
+            continue
+        if name not in x:
+            raise KeyError(f"backward returned a gradient for {name!r}, which is not an input")
+        arr = x[name]
+        analytic = np.asarray(analytic, dtype=np.float64)
+        if analytic.shape != arr.shape:
+            raise AssertionError(f"gradient for {name!r} has shape {analytic.shape}, input has {arr.shape}")
+        n = arr.size
+        idx = np.arange(n) if max_entries is None or n <= max_entries else rng.choice(n, max_entries, replace=False)
+        flat = arr.reshape(-1)
+        for j in idx:
+            orig = flat[j]
+            flat[j] = orig + eps
+            plus = loss()
+            flat[j] = orig - eps
+            minus = loss()
+            flat[j] = orig
+            records.append((name, np.unravel_index(j, arr.shape), analytic.reshape(-1)[j], (plus - minus) / (2 * eps)))
+    numeric_max = max((abs(r[3]) for r in records), default=0.0)
+    floor = 1e-3 * numeric_max if numeric_max > 0 else 1e-12
+    worst = (0.0, ("", ()), 0.0, 0.0)
+    for name, index, a, num in records:
+        rel = abs(a - num) / max(abs(a), abs(num), floor)
+        if rel >= worst[0]:
+            worst = (rel, (name, tuple(int(i) for i in index)), a, num)
+    result = GradcheckResult(worst[0], worst[1], float(worst[2]), float(worst[3]), len(records), tol)
+    if raise_on_failure and not result.ok:
+        raise AssertionError(str(result))
+    return result
+
+
+# --------------------------------------------------------------------------- golden cases
+
+@dataclass(frozen=True)
+class GoldenCase:
+    """A validated golden case: metadata plus its arrays as NumPy arrays."""
+
+    name: str
+    encoding: str
+    params: dict
+    conventions: dict
+    inputs: dict
+    outputs: dict
+    tolerance: dict
+    sha256: str
+    document: dict
+
+
+def load_case(path) -> GoldenCase:
+    """Load one ``.json`` or ``.npz`` golden case, validating its schema and checksum.
+
+    Raises
+    ------
+    posenc_np.golden.format.GoldenFormatError
+        (a ``ValueError``) naming the file and the problem, for malformed, tampered or
+        pickled content. Nothing in the file is executed or unpickled.
+    """
+    from .golden import format as fmt
+
+    doc = fmt.read_case_file(path)
+    return GoldenCase(
+        name=doc["name"], encoding=doc["encoding"], params=doc["params"], conventions=doc["conventions"],
+        inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerance=doc["tolerance"],
+        sha256=doc["sha256"], document=doc,
+    )
+
+
+def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) -> None:
+    """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance.
+
+    Parameters
+    ----------
+    actual : ndarray or dict of str to ndarray
+        A single array is accepted when the case has exactly one output.
+    case : GoldenCase
+        From :func:`load_case`.
+    tolerance : dict, optional
+        ``{"abs": a, "rel": r}`` overriding the case's float64 tolerance (for example to test
+        a float32 implementation with a wider bound).
+    """
+    from .golden.runner import compare
+
+    if not isinstance(actual, dict):
+        if len(case.outputs) != 1:
+            raise TypeError(f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict")
+        actual = {next(iter(case.outputs)): actual}
+    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance or case.tolerance)
+    if problems:
+        raise AssertionError(f"golden case {case.name} (conventions {case.conventions}): " + "; ".join(problems))
