@@ -56,7 +56,7 @@ def gradcheck(
     backward: Callable[..., dict],
     inputs: dict,
     *,
-    eps: float = 1e-6,
+    eps: float = 1e-5,
     tol: float = 1e-6,
     max_entries: int | None = 200,
     seed: int = 0,
