@@ -23,3 +23,19 @@ def sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
     if grad.shape != shape:
         raise ValueError(f"gradient of shape {grad.shape} does not broadcast to {shape}")
     return grad
+
+
+def scatter_add_rows(index: np.ndarray, values: np.ndarray, num_rows: int) -> np.ndarray:
+    """Adjoint of the gather ``table[index]``: add ``values`` into the rows ``index`` selects.
+
+    ``index`` is an integer array of any shape; ``values`` has shape
+    ``index.shape + row_shape``. Returns ``(num_rows,) + row_shape``; repeated indices
+    accumulate (``np.add.at``).
+    """
+    index = np.asarray(index)
+    row_shape = values.shape[index.ndim:]
+    if values.shape[: index.ndim] != index.shape:
+        raise ValueError(f"values of shape {values.shape} do not start with index shape {index.shape}")
+    out = np.zeros((num_rows,) + row_shape, dtype=values.dtype)
+    np.add.at(out, index.reshape(-1), values.reshape((-1,) + row_shape))
+    return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks import as_int_array, as_positions, check_choice, check_float_dtype, check_int, check_real
-from ._util import sum_to_shape
+from ._util import scatter_add_rows, sum_to_shape
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -212,9 +212,8 @@ class LearnedPositionalEmbedding:
         expected = self._positions.shape + (self.dim,)
         if dout.shape != expected:
             raise ValueError(f"dout must have shape {expected}, got {dout.shape}")
-        grad = np.zeros_like(self.params["weight"])
-        np.add.at(grad, self._positions.reshape(-1), dout.reshape(-1, self.dim))
-        self.grads["weight"] = grad
+        self.grads["weight"] = scatter_add_rows(self._positions, dout.astype(self.params["weight"].dtype),
+                                                self.num_positions)
 
 
 def _check_fusion(x, p, mode):
