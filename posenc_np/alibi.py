@@ -1,0 +1,273 @@
+r"""ALiBi: attention with linear biases (Press, Smith & Lewis 2022, "Train Short, Test Long",
+ICLR 2022, arXiv:2108.12409).
+
+ALiBi adds no position vectors. Each head :math:`h` adds a fixed linear penalty to the
+*scaled* attention logits (after :math:`1/\sqrt{d}`):
+
+.. math::
+
+    S_{h,q,k} = \frac{\langle Q_q, K_k\rangle}{\sqrt{d}} + B_{h,q,k}, \qquad
+    B_{h,q,k} = -m_h\,(q - k) \quad (k \le q,\ \text{future keys masked}).
+
+Slopes (paper, sec. 3 and its reference code): for :math:`n` a power of two,
+:math:`m_h = 2^{-8h/n}`, :math:`h = 1 \dots n` (a geometric sequence starting and
+stepping by :math:`2^{-8/n}`). Otherwise, with :math:`p = 2^{\lfloor \log_2 n \rfloor}`, the
+first :math:`p` slopes are those of :math:`p` heads and the remaining :math:`n - p` are every
+other slope of :math:`2p` heads: ``slopes(p) + slopes(2p)[0::2][:n-p]``. The result is
+deliberately not monotone (n = 12 ends with 0.7071, 0.3536, 0.1768, 0.0884).
+
+Bias forms (``form=``), with query position :math:`q` and key position :math:`k`:
+
+==============  ==========================  =============================================
+form            :math:`B_{h,q,k}`           use
+==============  ==========================  =============================================
+``causal``      :math:`-m_h (q - k)`        the paper's figure 3; decoder with causal mask
+``symmetric``   :math:`-m_h |k - q|`        bidirectional (MPT ``full``, encoders)
+``bloom``       :math:`+m_h\,k`             BLOOM ``build_alibi_tensor``, the paper's code
+==============  ==========================  =============================================
+
+``bloom`` differs from ``causal`` by :math:`m_h q`, a constant along each query row; softmax
+is shift-invariant per row, so the two give identical attention after a causal softmax.
+Masking is the attention's job: :func:`bias` returns finite values everywhere, including
+the positive ``causal`` values at future keys.
+
+:func:`attention` is ALiBi attention built on :func:`posenc_np.attention.forward` with a
+materialised bias (the NumPy reference); :func:`attention_backward` is its gradient with
+respect to ``q``, ``k`` and ``v`` (slopes are fixed, not learned).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import attention as _attn
+from ._checks import as_float_array, check_choice, check_float_dtype, check_int, check_real
+
+__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_ELEMENTS", "attention", "attention_backward", "bias", "slopes"]
+
+FORMS = ("causal", "symmetric", "bloom")
+BACKENDS = ("auto", "numpy", "numba")
+#: Largest bias (heads * q_len * k_len elements) :func:`bias` will materialise.
+MAX_BIAS_ELEMENTS = 2**31
+
+
+def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
+    r"""Per-head ALiBi slopes :math:`m_h`, float64 ``(num_heads,)``.
+
+    With :math:`p = 2^{\lfloor \log_2 n \rfloor}` and :math:`b` = ``max_bias``:
+
+    .. math::
+
+        m_h = 2^{-b h / p} \quad (h = 1 \dots p), \qquad
+        m_{p + j} = 2^{-b (2j + 1) / (2p)} \quad (j = 0 \dots n - p - 1).
+
+    The second line is the paper's ``slopes(2p)[0::2][:n-p]`` written out: every other
+    slope of :math:`2p` heads, starting with the first. For a power of two it reduces to
+    :math:`2^{-bh/n}`.
+
+    Parameters
+    ----------
+    num_heads : int
+        Number of heads :math:`n \ge 1`; any positive count.
+    max_bias : float
+        :math:`b > 0`, 8 in the paper. This is MPT's ``alibi_bias_max``: MPT's
+        ``gen_slopes`` computes :math:`2^{-b h/N}` for :math:`N = 2^{\lceil \log_2 n \rceil}`
+        and takes ``concat(s[1::2], s[::2])[:n]``, which is the same set and order as the
+        rule above, so no separate MPT mode is needed.
+
+    Returns
+    -------
+    ndarray, float64, shape ``(num_heads,)``
+
+    References
+    ----------
+    Press et al. 2022, sec. 3; ``get_slopes`` in ofirpress/attention_with_linear_biases.
+    """
+    return _slopes(check_int(num_heads, "num_heads", minimum=1), check_real(max_bias, "max_bias", positive=True))
+
+
+def _slopes(n: int, b: float) -> np.ndarray:
+    # (the public name ``slopes`` is shadowed by the argument of the same name below)
+    p = 1 << (n.bit_length() - 1)  # largest power of two <= n, computed without log2
+    first = np.arange(1, p + 1, dtype=np.float64) / p  # exponents h / p
+    extra = np.arange(1, 2 * (n - p), 2, dtype=np.float64) / (2 * p)  # (2j + 1) / (2p)
+    return np.exp2(-b * np.concatenate([first, extra]))
+
+
+def _check_slopes(slopes_, num_heads: int) -> np.ndarray:
+    arr = as_float_array(slopes_, "slopes")
+    if arr.shape != (num_heads,):
+        raise ValueError(f"slopes must have shape (num_heads,) = ({num_heads},), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("slopes must be finite (no NaN or inf)")
+    if np.any(arr < 0):
+        raise ValueError(f"slopes must be >= 0 (a negative slope flips the sign convention), "
+                         f"got {float(arr[arr < 0][0])}")
+    return arr
+
+
+def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "causal", slopes=None,
+         q_offset: int = 0, dtype=None) -> np.ndarray:
+    r"""The ALiBi bias, ``(num_heads, q_len, k_len)``, to add to the scaled logits.
+
+    Query ``i`` sits at position :math:`q = i + \text{q\_offset}`, key ``j`` at :math:`k = j`:
+
+    - ``causal``: :math:`B_{h,i,j} = -m_h (q - k)` (positive at future keys; mask them);
+    - ``symmetric``: :math:`B_{h,i,j} = -m_h |k - q|`;
+    - ``bloom``: :math:`B_{h,i,j} = m_h k` (independent of the query; equal to ``causal``
+      after a per-row softmax).
+
+    ``q_offset`` places the queries at the end of a longer key sequence, as when decoding
+    with a KV cache: ``bias(H, c, K, q_offset=K - c)`` equals the last ``c`` rows of
+    ``bias(H, K, K)``.
+
+    Parameters
+    ----------
+    num_heads : int
+        Heads :math:`n \ge 1`.
+    q_len : int
+        Number of queries (>= 0).
+    k_len : int, optional
+        Number of keys; default ``q_offset + q_len`` (keys up to the last query).
+    form : {"causal", "symmetric", "bloom"}
+        Bias form, see above.
+    slopes : array_like, optional
+        ``(num_heads,)`` finite slopes >= 0; default :func:`slopes` ``(num_heads)``.
+    q_offset : int
+        Position of the first query (may be negative).
+    dtype : floating dtype, optional
+        Output dtype; default the dtype of ``slopes`` when it is a float array, else
+        float64. Values are computed in float64 and cast once.
+
+    Returns
+    -------
+    ndarray, shape ``(num_heads, q_len, k_len)``
+
+    Raises
+    ------
+    ValueError
+        For a bias of more than :data:`MAX_BIAS_ELEMENTS` elements (the sizes are named).
+    """
+    n = check_int(num_heads, "num_heads", minimum=1)
+    q_len = check_int(q_len, "q_len", minimum=0)
+    q_offset = check_int(q_offset, "q_offset")
+    k_len = q_offset + q_len if k_len is None else check_int(k_len, "k_len", minimum=0)
+    if k_len < 0:
+        raise ValueError(f"k_len defaults to q_offset + q_len, which is {k_len} < 0; pass k_len explicitly")
+    form = check_choice(form, "form", FORMS)
+    if slopes is None:
+        m = _slopes(n, 8.0)
+        out_dtype = np.dtype(np.float64)
+    else:
+        m = _check_slopes(slopes, n)
+        out_dtype = m.dtype
+    if dtype is not None:
+        out_dtype = check_float_dtype(dtype)
+    size = n * q_len * k_len
+    if size > MAX_BIAS_ELEMENTS:
+        raise ValueError(f"bias of shape (num_heads, q_len, k_len) = ({n}, {q_len}, {k_len}) would hold "
+                         f"{size} elements, more than MAX_BIAS_ELEMENTS = {MAX_BIAS_ELEMENTS}; use a shorter "
+                         f"query block (q_offset) or a fused kernel")
+    m = m.astype(np.float64)[:, None, None]
+    qpos = (np.arange(q_len, dtype=np.float64) + q_offset)[:, None]  # (q_len, 1)
+    kpos = np.arange(k_len, dtype=np.float64)[None, :]  # (1, k_len)
+    if form == "causal":
+        out = m * (kpos - qpos)  # = -m (q - k)
+    elif form == "symmetric":
+        out = -m * np.abs(kpos - qpos) + 0.0  # "+ 0.0" turns the diagonal's -0.0 into 0.0
+    else:  # bloom: key position only, identical for every query row
+        out = np.broadcast_to(m * kpos, (n, q_len, k_len))
+    return np.ascontiguousarray(out, dtype=out_dtype)
+
+
+# --------------------------------------------------------------------------- attention
+
+def _resolve_backend(backend, q, k) -> str:
+    """Pick the implementation for :func:`attention`; the one place that decides.
+
+    ``"auto"`` and ``"numpy"`` give the NumPy reference today. ``"numba"`` (the fused kernel
+    of the kernels issue) is not available yet and raises ``ValueError``.
+    """
+    backend = check_choice(backend, "backend", BACKENDS)
+    if backend == "numba":
+        raise ValueError("backend='numba' (fused ALiBi attention kernel) is not available yet; "
+                         "use backend='numpy' or 'auto'")
+    return "numpy"
+
+
+def _forward_numpy(q, k, v, m, causal, scale):
+    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    form = "causal" if causal else "symmetric"
+    # Bottom-right alignment, as in posenc_np.attention: query i is at position i + k_len - q_len.
+    b = bias(heads, q_len, k_len, form=form, slopes=m, q_offset=k_len - q_len, dtype=q.dtype)
+    return _attn.forward(q, k, v, bias=b, causal=causal, scale=scale)
+
+
+def _backward_numpy(dout, inner):
+    grads = _attn.backward(dout, inner)
+    return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
+
+
+#: Forward/backward implementations by resolved backend name.
+_FORWARD = {"numpy": _forward_numpy}
+_BACKWARD = {"numpy": _backward_numpy}
+
+
+def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend: str = "auto"):
+    r"""Attention with ALiBi, forward: returns ``(out, cache)``.
+
+    .. math::
+
+        O = \mathrm{softmax}\Big(\frac{QK^\top}{\sqrt{d}} + B\Big) V
+
+    with :math:`B` from :func:`bias`: ``causal=True`` uses the ``causal`` form and the
+    causal mask, ``causal=False`` the ``symmetric`` form without a mask. Queries are aligned
+    bottom-right like :func:`posenc_np.attention.forward`: query ``i`` is at position
+    ``i + k_len - q_len`` (the last ``q_len`` positions, as when decoding with a cache).
+
+    Parameters
+    ----------
+    q, k, v : ndarray
+        ``(..., heads, q_len, d)``, ``(..., heads, k_len, d)``, ``(..., heads, k_len, d_v)``;
+        float32 in gives float32 out.
+    slopes : array_like, optional
+        ``(heads,)``; default :func:`slopes` ``(heads)``.
+    causal : bool
+        Decoder (``True``) or bidirectional (``False``) attention.
+    scale : float, optional
+        Logit scale, default :math:`1/\sqrt{d}`; the bias is added after it.
+    backend : {"auto", "numpy", "numba"}
+        ``"numpy"`` is the reference with a materialised ``(heads, q_len, k_len)`` bias;
+        ``"numba"`` is not available yet.
+
+    Returns
+    -------
+    out : ndarray ``(..., heads, q_len, d_v)``
+    cache : dict
+        For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
+    """
+    q, k, v = _attn._check_qkv(q, k, v)
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    heads = q.shape[-3]
+    m = _slopes(heads, 8.0) if slopes is None else _check_slopes(slopes, heads)
+    resolved = _resolve_backend(backend, q, k)
+    out, inner = _FORWARD[resolved](q, k, v, m, bool(causal), scale)
+    return out, {"backend": resolved, "inner": inner}
+
+
+def attention_backward(dout, cache) -> dict:
+    r"""Gradient of :func:`attention`: ``{"q", "k", "v"}``.
+
+    The bias is constant (slopes are not learned), so the gradient is that of plain
+    attention: :math:`dV = P^\top G`, :math:`dS = P \odot (G V^\top - \mathrm{rowsum}(\cdot))`,
+    :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q` (see :func:`posenc_np.attention.backward`).
+    Dispatches on ``cache["backend"]``.
+    """
+    if not isinstance(cache, dict) or "backend" not in cache or "inner" not in cache:
+        raise TypeError("cache must be the dict returned by posenc_np.alibi.attention")
+    backend = cache["backend"]
+    if backend not in _BACKWARD:
+        raise ValueError(f"cache was produced by backend {backend!r}, which has no backward here "
+                         f"(known: {sorted(_BACKWARD)})")
+    return _BACKWARD[backend](dout, cache["inner"])
