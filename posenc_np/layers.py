@@ -1,0 +1,303 @@
+r"""Transformer building blocks with hand-written backward passes (llm.c / CS231n style).
+
+Every layer is an object with two dicts sharing their keys, ``params`` and ``grads``;
+``y = layer.forward(x)`` keeps what the backward pass needs on the object and
+``dx = layer.backward(dy)`` returns the input gradient and **overwrites** ``grads`` (it never
+accumulates; a model that uses a parameter twice adds the two gradients itself). The forward
+and the backward of each layer sit next to each other, with the formula in the docstring.
+
+==================  =====================================================================
+``Linear``          :math:`y = xW + b`, ``W`` is ``(in, out)``
+``LayerNorm``       :math:`y = \gamma \odot (x - \mu)/\sqrt{\sigma^2 + \epsilon} + \beta` over the last axis
+``GELU``            :math:`y = x\,\Phi(x)`; exact (``erf``) or the tanh approximation (GPT-2)
+``Embedding``       :math:`y = W[\text{ids}]`, gradient a scatter-add into rows
+cross-entropy       ``softmax_cross_entropy(logits, targets)`` / ``..._backward(cache)``
+==================  =====================================================================
+
+Parameters are created in the requested ``dtype`` (float32 for training, float64 for
+gradient checks); initialisation draws from a ``numpy.random.Generator`` (or a seed) passed
+in, never from NumPy's global state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import erf
+
+from ._checks import as_int_array, check_choice, check_float_dtype, check_int, check_real
+from ._util import scatter_add_rows
+
+__all__ = [
+    "GELU",
+    "Embedding",
+    "LayerNorm",
+    "Linear",
+    "gelu",
+    "gelu_backward",
+    "softmax_cross_entropy",
+    "softmax_cross_entropy_backward",
+]
+
+GELU_APPROXIMATIONS = ("tanh", "none")
+
+
+def _rng(rng) -> np.random.Generator:
+    """A Generator from a Generator, an int seed or None (fresh entropy)."""
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _need_forward(cache, name):
+    if cache is None:
+        raise RuntimeError(f"{name}.backward called before forward")
+
+
+def _check_dy(dy, shape, name):
+    dy = np.asarray(dy)
+    if dy.shape != shape:
+        raise ValueError(f"{name}.backward: dy must have shape {shape} (the forward output), got {dy.shape}")
+    return dy
+
+
+# --------------------------------------------------------------------------- Linear
+
+class Linear:
+    r"""Affine map :math:`y = xW + b` over the last axis.
+
+    Backward, with :math:`X` the inputs flattened to rows and :math:`G = \partial L/\partial y`:
+    :math:`\partial L/\partial W = X^\top G`, :math:`\partial L/\partial b = \sum_{\text{rows}} G`,
+    :math:`\partial L/\partial x = G W^\top`.
+
+    Initialisation: :math:`W \sim \mathcal N(0, \mathrm{std}^2)` (GPT-2 uses 0.02), :math:`b = 0`.
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = True, rng=None,
+                 init_std: float = 0.02, dtype=np.float32):
+        self.in_features = check_int(in_features, "in_features", minimum=1)
+        self.out_features = check_int(out_features, "out_features", minimum=1)
+        init_std = check_real(init_std, "init_std", nonnegative=True)
+        dtype = check_float_dtype(dtype)
+        w = _rng(rng).normal(0.0, init_std, size=(self.in_features, self.out_features)).astype(dtype)
+        self.params = {"weight": w}
+        if bias:
+            self.params["bias"] = np.zeros(self.out_features, dtype=dtype)
+        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self._x = None
+
+    def forward(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        if x.shape[-1:] != (self.in_features,):
+            raise ValueError(f"Linear.forward: x must end with {self.in_features} features, got shape {x.shape}")
+        self._x = x
+        y = x @ self.params["weight"]
+        if "bias" in self.params:
+            y += self.params["bias"]
+        return y
+
+    def backward(self, dy) -> np.ndarray:
+        _need_forward(self._x, "Linear")
+        x = self._x
+        dy = _check_dy(dy, x.shape[:-1] + (self.out_features,), "Linear")
+        g = dy.reshape(-1, self.out_features)
+        self.grads["weight"] = x.reshape(-1, self.in_features).T @ g
+        if "bias" in self.params:
+            self.grads["bias"] = g.sum(axis=0)
+        return dy @ self.params["weight"].T
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+class LayerNorm:
+    r"""Layer normalisation over the last axis (Ba et al. 2016).
+
+    Forward: :math:`\hat x = (x - \mu)\,r`, :math:`r = (\sigma^2 + \epsilon)^{-1/2}` with the
+    biased variance, :math:`y = \gamma \odot \hat x + \beta`.
+
+    Backward, with :math:`g = \gamma \odot \partial L/\partial y` and means over the last axis:
+    :math:`\partial L/\partial x = r\,\big(g - \overline{g} - \hat x\,\overline{g \odot \hat x}\big)`,
+    :math:`\partial L/\partial\gamma = \sum \partial L/\partial y \odot \hat x`,
+    :math:`\partial L/\partial\beta = \sum \partial L/\partial y`.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, dtype=np.float32):
+        self.dim = check_int(dim, "dim", minimum=1)
+        self.eps = check_real(eps, "eps", positive=True)
+        dtype = check_float_dtype(dtype)
+        self.params = {"gamma": np.ones(self.dim, dtype=dtype), "beta": np.zeros(self.dim, dtype=dtype)}
+        self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self._cache = None
+
+    def forward(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        if x.shape[-1:] != (self.dim,):
+            raise ValueError(f"LayerNorm.forward: x must end with {self.dim} features, got shape {x.shape}")
+        mu = x.mean(axis=-1, keepdims=True)
+        xc = x - mu
+        rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + self.eps)
+        xhat = xc * rstd
+        self._cache = (xhat, rstd.astype(x.dtype, copy=False))
+        return xhat * self.params["gamma"] + self.params["beta"]
+
+    def backward(self, dy) -> np.ndarray:
+        _need_forward(self._cache, "LayerNorm")
+        xhat, rstd = self._cache
+        dy = _check_dy(dy, xhat.shape, "LayerNorm")
+        rows = dy.reshape(-1, self.dim)
+        self.grads["gamma"] = (rows * xhat.reshape(-1, self.dim)).sum(axis=0)
+        self.grads["beta"] = rows.sum(axis=0)
+        g = dy * self.params["gamma"]
+        return rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+
+
+# --------------------------------------------------------------------------- GELU
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_C = 0.044715
+
+
+def _gelu_cdf(x: np.ndarray, approximate: str):
+    r"""The gate :math:`\Phi(x)` and its derivative :math:`\Phi'(x)`, shared by forward and backward.
+
+    ``"none"``: the standard normal CDF :math:`\Phi(x) = \tfrac12(1 + \mathrm{erf}(x/\sqrt2))`,
+    :math:`\Phi'(x) = e^{-x^2/2}/\sqrt{2\pi}`.
+    ``"tanh"`` (Hendrycks & Gimpel 2016, GPT-2):
+    :math:`\Phi(x) \approx \tfrac12(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715x^3)`,
+    :math:`\Phi'(x) \approx \tfrac12(1 - \tanh^2 u)\sqrt{2/\pi}\,(1 + 3 \cdot 0.044715x^2)`.
+    """
+    if approximate == "tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x * x * x))
+        return 0.5 * (1.0 + t), 0.5 * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * x * x)
+    cdf = 0.5 * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
+    return cdf.astype(x.dtype, copy=False), (np.exp(-0.5 * x * x) * (1.0 / math.sqrt(2.0 * math.pi))).astype(x.dtype, copy=False)
+
+
+def gelu(x, *, approximate: str = "tanh") -> np.ndarray:
+    r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_cdf` for ``approximate``."""
+    approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
+    x = np.asarray(x)
+    return x * _gelu_cdf(x, approximate)[0]
+
+
+def gelu_backward(dy, x, *, approximate: str = "tanh") -> np.ndarray:
+    r""":math:`\partial L/\partial x = \partial L/\partial y \odot (\Phi(x) + x\,\Phi'(x))`."""
+    approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
+    x = np.asarray(x)
+    cdf, dcdf = _gelu_cdf(x, approximate)
+    return np.asarray(dy) * (cdf + x * dcdf)
+
+
+class GELU:
+    """GELU as a layer (no parameters). ``approximate="tanh"`` (default, GPT-2 / torch's
+    ``approximate="tanh"``) or ``"none"`` (exact, ``scipy.special.erf``)."""
+
+    def __init__(self, *, approximate: str = "tanh"):
+        self.approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
+        self.params: dict = {}
+        self.grads: dict = {}
+        self._cache = None
+
+    def forward(self, x) -> np.ndarray:
+        x = np.asarray(x)
+        cdf, dcdf = _gelu_cdf(x, self.approximate)
+        self._cache = (x, cdf, dcdf)  # keep Phi' too: the backward then costs two multiplies
+        return x * cdf
+
+    def backward(self, dy) -> np.ndarray:
+        _need_forward(self._cache, "GELU")
+        x, cdf, dcdf = self._cache
+        return _check_dy(dy, x.shape, "GELU") * (cdf + x * dcdf)
+
+
+# --------------------------------------------------------------------------- Embedding
+
+class Embedding:
+    r"""Token embedding :math:`y = W[\text{ids}]`, ``W`` is ``(num_embeddings, dim)``.
+
+    Backward: :math:`\partial L/\partial W[r] = \sum_{j:\,\text{ids}_j = r} \partial L/\partial y_j`
+    (a scatter-add; repeated ids accumulate). Integer ids have no gradient, so
+    :meth:`backward` returns ``None``. Ids outside ``[0, num_embeddings)`` raise ``ValueError``.
+    """
+
+    def __init__(self, num_embeddings: int, dim: int, *, rng=None, init_std: float = 0.02, dtype=np.float32):
+        self.num_embeddings = check_int(num_embeddings, "num_embeddings", minimum=1)
+        self.dim = check_int(dim, "dim", minimum=1)
+        init_std = check_real(init_std, "init_std", nonnegative=True)
+        dtype = check_float_dtype(dtype)
+        self.params = {"weight": _rng(rng).normal(0.0, init_std, size=(self.num_embeddings, self.dim)).astype(dtype)}
+        self.grads = {"weight": np.zeros_like(self.params["weight"])}
+        self._ids = None
+
+    def forward(self, ids) -> np.ndarray:
+        ids = as_int_array(ids, "ids")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
+            raise ValueError(f"ids must lie in [0, {self.num_embeddings}), got values in "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        self._ids = ids
+        return self.params["weight"][ids]
+
+    def backward(self, dy) -> None:
+        _need_forward(self._ids, "Embedding")
+        dy = _check_dy(dy, self._ids.shape + (self.dim,), "Embedding")
+        self.grads["weight"] = scatter_add_rows(self._ids, dy.astype(self.params["weight"].dtype, copy=False),
+                                                self.num_embeddings)
+        return None
+
+
+# --------------------------------------------------------------------------- cross-entropy
+
+def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100):
+    r"""Mean softmax cross-entropy over the targets that are not ``ignore_index``.
+
+    .. math::
+
+        \mathcal L = \frac{1}{N} \sum_{j:\, t_j \ne \text{ignore}}
+        \Big(\log \sum_c e^{z_{jc}} - z_{j t_j}\Big)
+
+    with :math:`N` the number of counted targets (:math:`\mathcal L = 0` when :math:`N = 0`).
+    The log-sum-exp subtracts the row maximum first.
+
+    Parameters
+    ----------
+    logits : ndarray ``(..., C)``, floating
+    targets : integer ndarray ``logits.shape[:-1]``
+        Class indices in ``[0, C)`` or ``ignore_index``.
+
+    Returns
+    -------
+    loss : float
+    cache : dict
+        For :func:`softmax_cross_entropy_backward`.
+    """
+    logits = np.asarray(logits)
+    if logits.dtype.kind != "f" or logits.ndim < 1:
+        raise TypeError(f"logits must be a floating array (..., C), got dtype {logits.dtype} shape {logits.shape}")
+    targets = as_int_array(targets, "targets")
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets must have shape {logits.shape[:-1]} (logits without the class axis), "
+                         f"got {targets.shape}")
+    num_classes = logits.shape[-1]
+    keep = targets != ignore_index
+    bad = keep & ((targets < 0) | (targets >= num_classes))
+    if bad.any():
+        raise ValueError(f"targets must lie in [0, {num_classes}) or equal ignore_index={ignore_index}, "
+                         f"got {int(targets[bad].reshape(-1)[0])}")
+    safe = np.where(keep, targets, 0)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(shifted)
+    s = e.sum(axis=-1, keepdims=True)
+    logp_t = np.take_along_axis(shifted, safe[..., None], axis=-1)[..., 0] - np.log(s[..., 0])
+    count = int(keep.sum())
+    loss = -float(np.sum(logp_t, where=keep, dtype=np.float64)) / max(count, 1)
+    cache = {"probs": e / s, "targets": safe, "keep": keep, "count": count}
+    return loss, cache
+
+
+def softmax_cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
+    r""":math:`\partial\mathcal L/\partial z_{jc} = (p_{jc} - [c = t_j])\,[t_j \ne \text{ignore}]/N`,
+    times ``dloss``."""
+    probs, targets, keep, count = cache["probs"], cache["targets"], cache["keep"], cache["count"]
+    d = probs.copy()
+    np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], axis=-1) - 1, axis=-1)
+    d *= (keep * (dloss / max(count, 1)))[..., None].astype(d.dtype)
+    return d
