@@ -220,15 +220,15 @@ def _check_fusion(x, p, mode):
     mode = check_choice(mode, "mode", FUSIONS)
     x = np.asarray(x)
     p = np.asarray(p)
-    if mode != "concat":
-        try:
-            np.broadcast_shapes(x.shape, p.shape)
-        except ValueError as exc:
-            raise ValueError(f"x of shape {x.shape} and p of shape {p.shape} do not broadcast") from exc
-        if np.broadcast_shapes(x.shape, p.shape) != x.shape:
-            raise ValueError(f"p of shape {p.shape} must broadcast to x's shape {x.shape}")
-    elif p.ndim > x.ndim or np.broadcast_shapes(x.shape[:-1], p.shape[:-1]) != x.shape[:-1]:
-        raise ValueError(f"p's leading axes {p.shape[:-1]} must broadcast to x's {x.shape[:-1]}")
+    # add/multiply: p broadcasts to x's whole shape; concat: to x's leading axes only
+    x_part, p_part = (x.shape, p.shape) if mode != "concat" else (x.shape[:-1], p.shape[:-1])
+    what = "x's shape" if mode != "concat" else "x's leading axes"
+    try:
+        shape = np.broadcast_shapes(x_part, p_part)
+    except ValueError:
+        shape = None
+    if shape != x_part or p.ndim > x.ndim or p.ndim == 0:
+        raise ValueError(f"p of shape {p.shape} must broadcast to {what} {x_part} (mode {mode!r})")
     return x, p, mode
 
 

@@ -87,7 +87,8 @@ def softmax(logits: np.ndarray, keep: np.ndarray | None = None, axis: int = -1) 
     masked = np.where(keep, logits, -np.inf)
     m = np.max(masked, axis=axis, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    e = np.where(keep, np.exp(masked - m), 0.0)
+    with np.errstate(over="ignore"):  # -huge - huge overflows to -inf, whose exp is the correct 0
+        e = np.where(keep, np.exp(masked - m), 0.0)
     s = e.sum(axis=axis, keepdims=True)
     return (e / np.where(s == 0, 1, s)).astype(logits.dtype, copy=False)
 
