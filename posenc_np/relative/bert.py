@@ -1,1 +1,184 @@
-__all__: list[str] = []
+r"""BERT-style learned relative distance embeddings: Hugging Face ``position_embedding_type``
+``"relative_key"`` (Shaw et al. 2018 keys, unclipped) and ``"relative_key_query"``
+(Huang et al. 2020, "Improve Transformer Models with Better Relative Position Embeddings",
+method 4).
+
+Sign convention: :math:`\delta_{ij} = \text{query} - \text{key}` (opposite to T5 and Shaw),
+*unclipped*, looked up in a table of :math:`2P - 1` rows (:math:`P` =
+``max_position_embeddings``) at row :math:`\delta_{ij} + P - 1`; :math:`r_{ij}` is that row.
+
+.. math::
+
+    \texttt{relative\_key}:\quad e_{ij} = s\,\big(q_i \cdot k_j + q_i \cdot r_{ij}\big)
+
+    \texttt{relative\_key\_query}:\quad e_{ij} = s\,\big(q_i \cdot k_j + q_i \cdot r_{ij} + k_j \cdot r_{ij}\big)
+
+with :math:`s = 1/\sqrt{d}`: Hugging Face adds the relative scores to the *raw* scores and
+divides the sum by :math:`\sqrt{d}`, so the hook multiplies its terms by the attention scale.
+Both terms use the same row :math:`r_{ij}` (the key term is *not* indexed by
+:math:`-\delta`). The table is shared across heads and batch; rows have the per-head width.
+
+Positions come from the shapes with the attention core's alignment: key :math:`j` at
+:math:`j`, query :math:`i` at :math:`i + (k_{len} - q_{len})`. This matches Hugging Face for
+self-attention without a cache (:math:`q_{len} = k_{len}`) and for cached one-token decoding
+(HF uses query position ``key_length - 1``); for :math:`q_{len} \ne k_{len}` without a cache
+HF instead places query :math:`i` at :math:`i`. Every distance must lie in
+:math:`[-(P-1), P-1]`, i.e. ``q_len, k_len <= P``: the table cannot extrapolate.
+
+Gradients (:math:`G = \partial L/\partial e`): :math:`dq_i \mathrel{+}= s\sum_j G_{ij} r_{ij}`,
+:math:`dk_j \mathrel{+}= s\sum_i G_{ij} r_{ij}` (``relative_key_query`` only),
+:math:`dW[\rho] = s\sum_{\delta_{ij}+P-1=\rho} G_{ij}(q_i + k_j)` (the :math:`k_j` part only for
+``relative_key_query``), a scatter-add summed over batch and heads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._checks import as_float_array, check_choice, check_int, check_real
+from .._util import scatter_add_rows
+from ..attention import Hook
+
+__all__ = [
+    "BertRelativeKey",
+    "bert_relative_distance",
+    "bert_relative_scores",
+    "bert_relative_scores_backward",
+]
+
+MODES = ("relative_key", "relative_key_query")
+
+
+def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
+    r"""``(q_len, k_len)`` int64 :math:`\delta_{ij} = (i + k_{len} - q_{len}) - j` (query - key, unclipped)."""
+    q_len = check_int(q_len, "q_len", minimum=0)
+    k_len = check_int(k_len, "k_len", minimum=0)
+    return (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len)) - np.arange(k_len, dtype=np.int64)[None, :]
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    """Merge the leading axes of ``(..., m, n)`` into one, so that einsum can sum over them."""
+    return x.reshape((-1,) + x.shape[-2:])
+
+
+def _index(q_len: int, k_len: int, max_position: int) -> np.ndarray:
+    """Row index ``distance + max_position - 1``, with the range check."""
+    if q_len > max_position or k_len > max_position:
+        raise ValueError(
+            f"q_len={q_len} and k_len={k_len} must be <= max_position_embeddings={max_position}: distances "
+            f"must lie in [-{max_position - 1}, {max_position - 1}] and a learned distance table cannot "
+            "extrapolate")
+    return bert_relative_distance(q_len, k_len) + (max_position - 1)
+
+
+def _check_inputs(q, k, table, mode, scale):
+    mode = check_choice(mode, "mode", MODES)
+    q = as_float_array(q, "q", ndim_min=2)
+    k = as_float_array(k, "k", ndim_min=2)
+    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (..., q_len, d) and k (..., k_len, d) must share leading axes and d; got q {q.shape}, "
+                         f"k {k.shape}")
+    table = as_float_array(table, "table")
+    if table.ndim != 2 or table.shape[0] % 2 == 0 or table.shape[1] != q.shape[-1]:
+        raise ValueError(f"table must be (2*max_position_embeddings - 1, d={q.shape[-1]}) (odd row count), "
+                         f"got shape {table.shape}")
+    scale = check_real(scale, "scale", positive=True)
+    index = _index(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)
+    return q, k, table, mode, scale, index
+
+
+def bert_relative_scores(q, k, table, *, mode: str = "relative_key", scale: float = 1.0) -> np.ndarray:
+    r"""Relative score term :math:`s\,(q_i \cdot r_{ij} [+ k_j \cdot r_{ij}])`, shape ``(..., q_len, k_len)``.
+
+    Parameters
+    ----------
+    q, k : ndarray ``(..., q_len, d)``, ``(..., k_len, d)``
+        ``k`` only contributes in ``relative_key_query`` mode (its length is always used).
+    table : ndarray ``(2P - 1, d)``
+        HF's ``distance_embedding.weight``.
+    mode : {"relative_key", "relative_key_query"}
+    scale : float
+        Multiplies the term; pass the attention scale (``1/sqrt(d)`` as in HF) to add the
+        result to scaled logits, or 1.0 to add it to raw scores.
+    """
+    q, k, table, mode, scale, index = _check_inputs(q, k, table, mode, scale)
+    rel = table[index]  # r_ij, (q_len, k_len, d)
+    out = np.einsum("...id,ijd->...ij", q, rel)
+    if mode == "relative_key_query":
+        out = out + np.einsum("...jd,ijd->...ij", k, rel)
+    return (scale * out).astype(np.result_type(q, k, table), copy=False)
+
+
+def bert_relative_scores_backward(dscores, q, k, table, *, mode: str = "relative_key", scale: float = 1.0):
+    r"""Gradients ``(dq, dk, dtable)`` of :func:`bert_relative_scores`; ``dk`` is None for ``relative_key``."""
+    q, k, table, mode, scale, index = _check_inputs(q, k, table, mode, scale)
+    dscores = as_float_array(dscores, "dscores", ndim_min=2)
+    expected = q.shape[:-1] + (k.shape[-2],)
+    if dscores.shape != expected:
+        raise ValueError(f"dscores must have shape {expected}, got {dscores.shape}")
+    g = scale * dscores
+    rel = table[index]
+    dq = np.einsum("...ij,ijd->...id", g, rel)
+    drel = np.einsum("bij,bid->ijd", _flat(g), _flat(q))  # dL/dr_ij from the query term
+    dk = None
+    if mode == "relative_key_query":
+        dk = np.einsum("...ij,ijd->...jd", g, rel)
+        drel = drel + np.einsum("bij,bjd->ijd", _flat(g), _flat(k))
+    return dq, dk, scatter_add_rows(index, drel, table.shape[0])
+
+
+class BertRelativeKey(Hook):
+    r"""Hugging Face BERT ``relative_key`` / ``relative_key_query`` as an attention hook.
+
+    With the attention core's default scale :math:`1/\sqrt{d}`, ``attention.forward(q, k, v,
+    hooks=[layer])`` gives exactly HF's ``(q k^T + relative scores) / sqrt(d)``.
+
+    Parameters
+    ----------
+    max_position_embeddings : int
+        :math:`P`; the table has ``2P - 1`` rows and both lengths must be ``<= P``.
+    head_dim : int
+        Per-head width :math:`d`.
+    mode : {"relative_key", "relative_key_query"}
+        HF ``config.position_embedding_type``.
+    seed : int or None
+        Seed for the ``N(0, init_std^2)`` initialisation.
+    init_std : float
+        HF uses ``config.initializer_range`` (0.02).
+
+    Attributes
+    ----------
+    params : dict
+        ``{"weight": ndarray (2P - 1, head_dim)}`` (HF ``distance_embedding.weight``).
+    grads : dict
+        Same keys; overwritten by :meth:`logits_backward`.
+    """
+
+    def __init__(self, max_position_embeddings: int, head_dim: int, *, mode: str = "relative_key", seed=None,
+                 init_std: float = 0.02):
+        self.max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1)
+        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
+        self.mode = check_choice(mode, "mode", MODES)
+        init_std = check_real(init_std, "init_std", nonnegative=True)
+        rng = np.random.default_rng(seed)
+        self.params = {"weight": rng.normal(0.0, init_std, size=(2 * self.max_position_embeddings - 1, self.head_dim))}
+        self.grads = {"weight": np.zeros_like(self.params["weight"])}
+
+    def _weight(self) -> np.ndarray:
+        w = np.asarray(self.params["weight"])
+        expected = (2 * self.max_position_embeddings - 1, self.head_dim)
+        if w.shape != expected:
+            raise ValueError(f"params['weight'] must have shape {expected}, got {w.shape}")
+        return w
+
+    def logits(self, q, k, scale):
+        term = bert_relative_scores(q, k, self._weight(), mode=self.mode, scale=scale)
+        return term.astype(q.dtype, copy=False), (q, k, scale)
+
+    def logits_backward(self, dlogits, cache):
+        q, k, scale = cache
+        w = self._weight()
+        dq, dk, dw = bert_relative_scores_backward(dlogits.astype(w.dtype, copy=False), q, k, w, mode=self.mode,
+                                                   scale=scale)
+        self.grads["weight"] = dw
+        return dq.astype(q.dtype, copy=False), None if dk is None else dk.astype(k.dtype, copy=False)
