@@ -1,0 +1,478 @@
+r"""Rotary position embedding (RoPE): frequencies, cos/sin tables, rotation and its backward,
+layouts, partial rotary, xPos, 2-D axial RoPE and M-RoPE.
+
+Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", eq. 13-15.
+Channel pairs :math:`(a, b)` are rotated by :math:`t = p\,\omega_i`:
+
+.. math::
+
+    a' = a\cos t - b\sin t, \qquad b' = a\sin t + b\cos t, \qquad
+    \omega_i = \mathrm{base}^{-2i/d},\ i = 0 \dots d/2 - 1,
+
+so that :math:`\langle R_m q, R_n k\rangle` depends on :math:`m - n` only. Which channels
+form a pair is the *layout*:
+
+``half`` (GPT-NeoX, Hugging Face ``rotate_half``)
+    pair :math:`(i, i + d/2)`; the cos/sin tables are :math:`[\cos t_0 \dots \cos t_{d/2-1} \mid
+    \cos t_0 \dots \cos t_{d/2-1}]`.
+``interleaved`` (GPT-J, Meta LLaMA ``freqs_cis``, llm.c)
+    pair :math:`(2i, 2i + 1)`; tables :math:`[\cos t_0, \cos t_0, \cos t_1, \cos t_1, \dots]`.
+    Equivalently, pairs are complex numbers :math:`a + ib` multiplied by :math:`e^{i t}`.
+
+The rotation uses the first ``cos.shape[-1]`` channels of ``x`` (partial rotary: the rest pass
+through). Its backward is the transpose, a rotation by :math:`-t` (:func:`apply_backward`).
+Frequency scaling (``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``,
+``proportional``, static ``ntk``) lives in :mod:`posenc_np.rope_scaling` and is re-exported
+here as :func:`inv_freq`. See ``docs/rope.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks import as_float_array, as_positions, check_choice, check_float_dtype, check_int, check_real
+from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
+                           yarn_get_mscale)
+
+__all__ = [
+    "LAYOUTS",
+    "MROPE_VARIANTS",
+    "ROPE_TYPES",
+    "XPOS_CENTRES",
+    "apply",
+    "apply_backward",
+    "axial_cos_sin",
+    "convert_layout",
+    "cos_sin",
+    "inv_freq",
+    "llama3_bands",
+    "long_term_decay",
+    "mrope_cos_sin",
+    "patch_positions",
+    "rerotate",
+    "xpos_cos_sin",
+    "xpos_scale",
+    "yarn_correction_dim",
+    "yarn_correction_range",
+    "yarn_get_mscale",
+]
+
+LAYOUTS = ("half", "interleaved")
+BACKENDS = ("auto", "numpy", "numba")
+XPOS_CENTRES = ("none", "torchscale", "rotary-embedding-torch")
+MROPE_VARIANTS = ("qwen2-vl", "qwen3-vl")
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _resolve_backend(backend, x) -> str:
+    """The one place that picks the implementation of the rotation (kernels plug in here)."""
+    backend = check_choice(backend, "backend", BACKENDS)
+    if backend == "numba":
+        raise ValueError("backend='numba' is not available yet (no RoPE kernel); use 'auto' or 'numpy'")
+    return "numpy"
+
+
+def _check_inv_freq(inv_freq) -> np.ndarray:
+    arr = as_float_array(inv_freq, "inv_freq").astype(np.float64, copy=False)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"inv_freq must be a non-empty 1-D array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("inv_freq must be finite (no NaN or inf)")
+    return arr
+
+
+def _check_attention_factor(attention_factor) -> float:
+    return check_real(attention_factor, "attention_factor", positive=True)
+
+
+def _tables(angles: np.ndarray, amplitude, layout: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Lay per-pair ``amplitude*cos(angles)``, ``amplitude*sin(angles)`` (``(..., n)``) out as ``(..., 2n)``."""
+    c, s = amplitude * np.cos(angles), amplitude * np.sin(angles)
+    if layout == "half":
+        c, s = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
+    else:
+        c, s = np.repeat(c, 2, axis=-1), np.repeat(s, 2, axis=-1)
+    return c.astype(dtype, copy=False), s.astype(dtype, copy=False)
+
+
+def _pair_slices(n: int, layout: str) -> tuple[slice, slice]:
+    """Channels holding the first and second member of each of the ``n`` pairs."""
+    return (slice(0, n), slice(n, 2 * n)) if layout == "half" else (slice(0, 2 * n, 2), slice(1, 2 * n, 2))
+
+
+def _pair_values(table: np.ndarray, layout: str, name: str) -> np.ndarray:
+    """The per-pair values of a cos/sin table, after checking both members of each pair agree.
+
+    A table built for the other layout fails this check (unless every angle is equal), which
+    catches the classic half/interleaved mix-up instead of rotating the wrong channels.
+    """
+    first, second = _pair_slices(table.shape[-1] // 2, layout)
+    if not np.array_equal(table[..., first], table[..., second]):
+        raise ValueError(f"{name} is not a {layout!r}-layout table: the two channels of each pair differ "
+                         f"(expected {'[c | c]' if layout == 'half' else '[c0, c0, c1, c1, ...]'}; "
+                         "was it built for the other layout?)")
+    return table[..., first]
+
+
+def _prepare(x, cos, sin, layout, backend, name):
+    """Validate a rotation call; return ``(x, per-pair cos, per-pair sin, layout, backend)``."""
+    layout = check_choice(layout, "layout", LAYOUTS)
+    x = np.asarray(x)
+    check_float_dtype(x.dtype, f"{name}.dtype")
+    cos, sin = as_float_array(cos, "cos"), as_float_array(sin, "sin")
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have the same shape, got {cos.shape} and {sin.shape}")
+    if cos.ndim == 0 or x.ndim == 0:
+        raise ValueError(f"cos and {name} need a channel axis, got shapes {cos.shape} and {x.shape}")
+    d = cos.shape[-1]
+    if d == 0 or d % 2:
+        raise ValueError(f"the rotary dim cos.shape[-1] must be even and positive, got {d}")
+    if d > x.shape[-1]:
+        raise ValueError(f"cos/sin are wider ({d} channels) than {name} ({x.shape[-1]} channels); "
+                         f"the rotary dim cannot exceed the head dim")
+    try:
+        lead = np.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
+    except ValueError:
+        lead = None
+    if lead != x.shape[:-1]:
+        raise ValueError(f"cos/sin leading shape {cos.shape[:-1]} must broadcast to {name}'s leading shape "
+                         f"{x.shape[:-1]} (shapes {cos.shape} and {x.shape})")
+    if not (np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))):
+        raise ValueError("cos and sin must be finite (no NaN or inf)")
+    c = _pair_values(cos, layout, "cos").astype(x.dtype, copy=False)
+    s = _pair_values(sin, layout, "sin").astype(x.dtype, copy=False)
+    return x, c, s, layout, _resolve_backend(backend, x)
+
+
+def _rotate_numpy(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: str) -> np.ndarray:
+    """Rotate each pair ``(a, b)`` of ``x`` to ``(a c - b s, a s + b c)``; channels past the pairs copy.
+
+    ``c``/``s`` are per pair (``(..., n)``). Forward passes ``s = sin t``, backward ``-sin t``.
+    """
+    n = c.shape[-1]
+    first, second = _pair_slices(n, layout)
+    a, b = x[..., first], x[..., second]
+    out = np.empty_like(x)
+    out[..., first] = a * c - b * s
+    out[..., second] = a * s + b * c
+    out[..., 2 * n:] = x[..., 2 * n:]
+    return out
+
+
+# --------------------------------------------------------------------------- cos/sin, apply, backward
+
+def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str = "half",
+            dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+    r"""Tables :math:`f\cos(p\,\omega_i)` and :math:`f\sin(p\,\omega_i)` laid out for ``layout``.
+
+    Parameters
+    ----------
+    positions : array_like of int or float, any shape
+    inv_freq : array_like, shape ``(n,)``
+        From :func:`inv_freq` (or any finite frequencies, e.g. rotary-embedding-torch ``pixel``).
+    attention_factor : float
+        :math:`f > 0`, multiplies both tables (YaRN, LongRoPE): logits scale by :math:`f^2`.
+    layout : {"half", "interleaved"}
+        ``half``: :math:`[c_0 \dots c_{n-1} \mid c_0 \dots c_{n-1}]`; ``interleaved``:
+        :math:`[c_0, c_0, c_1, c_1, \dots]`.
+    dtype : floating dtype
+        Angles are computed in float64 and the tables cast once at the end.
+
+    Returns
+    -------
+    cos, sin : ndarray, shape ``positions.shape + (2n,)``
+    """
+    layout = check_choice(layout, "layout", LAYOUTS)
+    dtype = check_float_dtype(dtype)
+    freqs = _check_inv_freq(inv_freq)
+    factor = _check_attention_factor(attention_factor)
+    pos = as_positions(positions).astype(np.float64)
+    return _tables(pos[..., None] * freqs, factor, layout, dtype)
+
+
+def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
+    r"""Rotate the first ``cos.shape[-1]`` channels of ``x``: :math:`y = R_t x` per channel pair.
+
+    ``half``: :math:`y_{:h} = x_{:h} c - x_{h:2h} s`, :math:`y_{h:2h} = x_{:h} s + x_{h:2h} c`;
+    ``interleaved``: the same on pairs :math:`(2i, 2i+1)`. Channels past ``cos.shape[-1]`` are
+    copied (partial rotary, GPT-NeoX ``rotary_pct``). This equals Hugging Face's
+    ``x * cos + rotate_half(x) * sin``.
+
+    Parameters
+    ----------
+    x : ndarray, floating, shape ``(..., D)``
+        Queries or keys, e.g. ``(batch, heads, seq, head_dim)``.
+    cos, sin : ndarray, shape ``(..., d)``, ``d <= D`` even
+        From :func:`cos_sin` (or :func:`xpos_cos_sin`, :func:`axial_cos_sin`,
+        :func:`mrope_cos_sin`). Leading axes broadcast against ``x``'s (``(seq, d)`` serves
+        ``(batch, heads, seq, D)``). Both channels of each pair must hold the same value (the
+        layout check).
+    layout : {"half", "interleaved"}
+    backend : {"auto", "numpy", "numba"}
+        Only NumPy exists today; ``"numba"`` raises.
+
+    Returns
+    -------
+    ndarray, shape and dtype of ``x``
+        Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
+    """
+    x, c, s, layout, _ = _prepare(x, cos, sin, layout, backend, "x")
+    return _rotate_numpy(x, c, s, layout)
+
+
+def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
+    r"""Gradient of :func:`apply` with respect to ``x``: :math:`dx = R_t^\top dy = R_{-t}\,dy`.
+
+    The transpose of the pairwise map :math:`\begin{pmatrix}c & -s\\ s & c\end{pmatrix}` is the
+    same map with :math:`-s`, so this is :func:`apply`'s rotation with ``-sin``; pass-through
+    channels get ``dy`` unchanged. It is the exact vector-Jacobian product for any tables
+    (also xPos-scaled or with an attention factor); it is the *inverse* of :func:`apply` only
+    when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale).
+    """
+    dy, c, s, layout, _ = _prepare(dy, cos, sin, layout, backend, "dy")
+    return _rotate_numpy(dy, c, -s, layout)
+
+
+def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",
+             backend: str = "auto") -> np.ndarray:
+    r"""Move keys rotated with ``old_inv_freq`` to ``new_inv_freq``: rotate by :math:`p(\omega' - \omega)`.
+
+    Rotations of a pair compose additively, so :math:`R_{p\omega'} = R_{p(\omega' - \omega)} R_{p\omega}`.
+    Use it on a KV cache built before dynamic NTK or LongRoPE changed the frequencies (see
+    ``docs/rope.md``); the attention factor is unchanged by both, so it is not involved.
+    """
+    old, new = _check_inv_freq(old_inv_freq), _check_inv_freq(new_inv_freq)
+    if old.shape != new.shape:
+        raise ValueError(f"old_inv_freq and new_inv_freq must have the same shape, got {old.shape} and {new.shape}")
+    cos, sin = cos_sin(positions, new - old, layout=layout)
+    return apply(x, cos, sin, layout=layout, backend=backend)
+
+
+def convert_layout(w, num_heads: int, *, src: str, dst: str, rotary_dim: int | None = None) -> np.ndarray:
+    r"""Permute the rows of a q/k projection weight (or bias) between ``interleaved`` and ``half``.
+
+    Within each head, ``interleaved`` row :math:`2i` moves to ``half`` row :math:`i` and row
+    :math:`2i+1` to row :math:`i + r/2` (:math:`r` = ``rotary_dim``, default the head dim);
+    rows past :math:`r` stay. This is the permutation of Hugging Face's
+    ``convert_llama_weights_to_hf.py`` (``permute``: view ``(heads, r/2, 2, in)``, swap axes
+    1 and 2). With :math:`W_{half} = P\,W_{int}`, :math:`q_{half} = P q_{int}` and RoPE commutes
+    with :math:`P`, so attention scores are identical. ``dst -> src`` undoes it.
+
+    Parameters
+    ----------
+    w : ndarray, shape ``(num_heads * head_dim, ...)``
+    num_heads : int
+    src, dst : {"half", "interleaved"}
+    rotary_dim : int, optional
+        Even, at most the head dim (partial rotary); default the head dim.
+
+    Returns
+    -------
+    ndarray, same shape and dtype as ``w`` (a new array)
+    """
+    src = check_choice(src, "src", LAYOUTS)
+    dst = check_choice(dst, "dst", LAYOUTS)
+    w = np.asarray(w)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
+    if w.ndim == 0 or w.shape[0] % num_heads:
+        raise ValueError(f"w's first axis ({w.shape[:1]}) must be num_heads * head_dim with num_heads={num_heads}")
+    head_dim = w.shape[0] // num_heads
+    r = head_dim if rotary_dim is None else check_int(rotary_dim, "rotary_dim", minimum=2)
+    if r % 2 or r > head_dim:
+        raise ValueError(f"rotary_dim must be even and <= head_dim={head_dim}, got {r}")
+    # half row j takes interleaved row int_of_half[j]
+    int_of_half = np.concatenate([np.arange(0, r, 2), np.arange(1, r, 2), np.arange(r, head_dim)])
+    within = {("interleaved", "half"): int_of_half, ("half", "interleaved"): np.argsort(int_of_half)}.get(
+        (src, dst), np.arange(head_dim))
+    rows = (np.arange(num_heads)[:, None] * head_dim + within).reshape(-1)
+    return w[rows]
+
+
+# --------------------------------------------------------------------------- xPos
+
+def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | None = None,
+               scale_base: float = 512.0) -> np.ndarray:
+    r"""xPos per-pair scale :math:`\zeta_i^{\pm (p - c)/B}`, :math:`\zeta_i = (2i + 0.4d)/(1.4d)`.
+
+    Sun et al. 2022, "A Length-Extrapolatable Transformer". Queries get the ``+`` sign, keys
+    the ``-`` sign, so :math:`\langle q_m, k_n \rangle` carries :math:`\zeta^{(m-n)/B}` and the
+    centre :math:`c` cancels: it only keeps the scales near 1 (:math:`\zeta^{-p/B}` overflows
+    for long sequences). Centre conventions, with :math:`N` = ``seq_len`` (total length,
+    positions :math:`0 \dots N-1`; q and k must use the same :math:`N`):
+
+    ``"none"``
+        :math:`c = 0`.
+    ``"torchscale"``
+        :math:`c = \lceil N/2 \rceil` (``min_pos = -(length + offset) // 2``).
+    ``"rotary-embedding-torch"``
+        :math:`c = \lfloor N/2 \rfloor` (``t - len(t) // 2``).
+    a real number
+        that :math:`c`.
+
+    Returns
+    -------
+    ndarray, float64, shape ``positions.shape + (dim // 2,)``
+    """
+    role = check_choice(role, "role", ("query", "key"))
+    dim = check_int(dim, "dim", minimum=2)
+    if dim % 2:
+        raise ValueError(f"dim must be even, got {dim}")
+    scale_base = check_real(scale_base, "scale_base", positive=True)
+    if isinstance(centre, str):
+        centre = check_choice(centre, "centre", XPOS_CENTRES)
+        if centre == "none":
+            c = 0.0
+        else:
+            if seq_len is None:
+                raise ValueError(f"centre={centre!r} needs seq_len (the total length N shared by q and k)")
+            n_total = check_int(seq_len, "seq_len", minimum=1)
+            c = float(-(-n_total // 2) if centre == "torchscale" else n_total // 2)
+    else:
+        c = check_real(centre, "centre")
+    zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
+    power = (as_positions(positions).astype(np.float64) - c) / scale_base
+    if role == "key":
+        power = -power
+    return zeta ** power[..., None]
+
+
+def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int | None = None,
+                 scale_base: float = 512.0, layout: str = "half", dtype=np.float64):
+    r"""RoPE tables multiplied by the xPos scale: :math:`\zeta_i^{\pm(p-c)/B}\cos(p\,\omega_i)`, same for sin.
+
+    Feed them to :func:`apply` / :func:`apply_backward` (the backward is the transposed,
+    equally scaled map). Rotation angles use the uncentred positions, as in torchscale.
+    Parameters as in :func:`xpos_scale` and :func:`cos_sin`; ``dim = 2 * len(inv_freq)``.
+    """
+    layout = check_choice(layout, "layout", LAYOUTS)
+    dtype = check_float_dtype(dtype)
+    freqs = _check_inv_freq(inv_freq)
+    scale = xpos_scale(positions, 2 * freqs.size, role=role, centre=centre, seq_len=seq_len, scale_base=scale_base)
+    pos = as_positions(positions).astype(np.float64)
+    return _tables(pos[..., None] * freqs, scale, layout, dtype)
+
+
+# --------------------------------------------------------------------------- multi-axis: 2-D axial, M-RoPE
+
+def _stream_angles(positions, freqs: np.ndarray, stream: np.ndarray, name: str) -> np.ndarray:
+    """Angles ``(..., n)`` with pair ``j`` driven by position stream ``stream[j]``:
+    ``angle[..., j] = positions[stream[j], ...] * freqs[j]``."""
+    pos = as_positions(positions, name).astype(np.float64)
+    if pos.ndim < 1 or pos.shape[0] <= int(stream.max()):
+        raise ValueError(f"{name} must have shape ({int(stream.max()) + 1}, ...) (one row per position "
+                         f"stream), got {pos.shape}")
+    return np.moveaxis(pos[stream], 0, -1) * freqs
+
+
+def axial_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str = "half",
+                  dtype=np.float64):
+    r"""Axial RoPE tables for :math:`A`-dimensional positions (2-D for image patches).
+
+    ``positions`` has shape ``(A, ...)``; ``inv_freq`` (:math:`m` values) is used by every
+    axis. Pair :math:`j = a\,m + k` rotates by :math:`p_a\,\omega_k`: the first :math:`m` pairs
+    follow axis 0, the next :math:`m` axis 1, and so on; the rotary dim is :math:`2Am`. In the
+    ``half`` layout the channels are :math:`[\text{axis 0} \mid \text{axis 1} \mid \text{axis 0}
+    \mid \text{axis 1}]`, exactly Qwen2-VL's vision RoPE with positions ``(h, w)`` and
+    ``inv_freq(head_dim // 2)``; RoPE-ViT (Heo et al. 2024, axial) uses the ``interleaved``
+    layout with positions ``(x, y)`` = (column, row). See :func:`patch_positions`.
+
+    Returns
+    -------
+    cos, sin : ndarray, shape ``positions.shape[1:] + (2 * A * m,)``
+    """
+    layout = check_choice(layout, "layout", LAYOUTS)
+    dtype = check_float_dtype(dtype)
+    freqs = _check_inv_freq(inv_freq)
+    factor = _check_attention_factor(attention_factor)
+    axes = np.shape(positions)[0] if np.ndim(positions) else 0
+    if axes < 1:
+        raise ValueError(f"positions must have shape (axes, ...), got {np.shape(positions)}")
+    stream = np.repeat(np.arange(axes), freqs.size)
+    angles = _stream_angles(positions, np.tile(freqs, axes), stream, "positions")
+    return _tables(angles, factor, layout, dtype)
+
+
+def patch_positions(height: int, width: int) -> np.ndarray:
+    """``(row, col)`` of each patch of a ``height x width`` grid in row-major order: shape ``(2, height*width)``."""
+    height = check_int(height, "height", minimum=1)
+    width = check_int(width, "width", minimum=1)
+    rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+    return np.stack([rows.reshape(-1), cols.reshape(-1)]).astype(np.int64)
+
+
+def _mrope_streams(section, n: int, variant: str, streams: int) -> np.ndarray:
+    """Which position stream drives each of the ``n`` frequencies."""
+    if not isinstance(section, (list, tuple, np.ndarray)) or len(section) == 0:
+        raise TypeError(f"mrope_section must be a non-empty list of ints, got {section!r}")
+    section = [check_int(v, "mrope_section entry", minimum=0) for v in section]
+    if sum(section) != n:
+        raise ValueError(f"mrope_section {section} must sum to len(inv_freq) = {n}")
+    j = np.arange(n)
+    if variant == "qwen2-vl":  # contiguous chunks; chunk k follows stream k % streams
+        return np.repeat(np.arange(len(section)) % streams, section)
+    if len(section) != 3 or streams != 3:
+        raise ValueError(f"variant 'qwen3-vl' needs 3 sections and positions of shape (3, ...), got "
+                         f"{len(section)} sections and {streams} streams")
+    out = np.zeros(n, dtype=np.int64)  # interleaved t, h, w, ...; t fills the rest
+    for stream in (1, 2):
+        out[(j % 3 == stream) & (j < 3 * section[stream])] = stream
+    return out
+
+
+def mrope_cos_sin(positions, inv_freq, mrope_section, *, variant: str = "qwen2-vl",
+                  attention_factor: float = 1.0, layout: str = "half", dtype=np.float64):
+    r"""Multimodal RoPE tables (Qwen2-VL, Wang et al. 2024): frequency chunks follow t, h or w.
+
+    ``positions`` has shape ``(3, ..., L)`` (temporal, height, width ids; a text token has all
+    three equal, and then M-RoPE equals 1-D RoPE). ``mrope_section`` (e.g. ``[16, 24, 24]``)
+    sums to ``len(inv_freq)``. Frequency :math:`j` uses stream
+
+    ``variant="qwen2-vl"`` (contiguous)
+        :math:`k \bmod 3` where :math:`j` lies in the :math:`k`-th chunk of ``mrope_section``
+        (frequencies 0-15 t, 16-39 h, 40-63 w for ``[16, 24, 24]``);
+    ``variant="qwen3-vl"`` (interleaved sections)
+        h if :math:`j \bmod 3 = 1` and :math:`j < 3\,\mathrm{sec}_1`, w if :math:`j \bmod 3 = 2`
+        and :math:`j < 3\,\mathrm{sec}_2`, else t.
+
+    The per-frequency angles are then laid out for ``layout`` like :func:`cos_sin` (Qwen uses
+    ``half``: the chunk pattern repeats in both halves).
+
+    Returns
+    -------
+    cos, sin : ndarray, shape ``positions.shape[1:] + (2 * len(inv_freq),)``
+    """
+    layout = check_choice(layout, "layout", LAYOUTS)
+    variant = check_choice(variant, "variant", MROPE_VARIANTS)
+    dtype = check_float_dtype(dtype)
+    freqs = _check_inv_freq(inv_freq)
+    factor = _check_attention_factor(attention_factor)
+    streams = np.shape(positions)[0] if np.ndim(positions) else 0
+    if streams < 1:
+        raise ValueError(f"positions must have shape (3, ..., L), got {np.shape(positions)}")
+    stream = _mrope_streams(mrope_section, freqs.size, variant, streams)
+    return _tables(_stream_angles(positions, freqs, stream, "positions"), factor, layout, dtype)
+
+
+# --------------------------------------------------------------------------- long-term decay
+
+def long_term_decay(distances, inv_freq) -> np.ndarray:
+    r"""RoFormer's relative upper bound :math:`\frac{1}{n}\sum_{j=1}^{n} |S_j|` (Su et al. 2021, sec. 3.4.3).
+
+    With :math:`h_i` the complex products of query and key pairs and
+    :math:`S_j = \sum_{k=0}^{j-1} e^{i r \theta_k}` (:math:`r = m - n`), Abel summation gives
+
+    .. math:: \Big|\sum_{i=0}^{n-1} h_i e^{i r\theta_i}\Big| \le \Big(\max_i |h_{i+1} - h_i|\Big) \sum_{j=1}^{n} |S_j|,
+        \qquad h_n = 0,
+
+    and the average :math:`\frac1n \sum_j |S_j|` decays as :math:`|r|` grows (their figure 2).
+
+    Returns
+    -------
+    ndarray, float64, shape ``distances.shape``
+    """
+    freqs = _check_inv_freq(inv_freq)
+    r = as_positions(distances, "distances").astype(np.float64)
+    partial_sums = np.cumsum(np.exp(1j * r[..., None] * freqs), axis=-1)
+    return np.abs(partial_sums).mean(axis=-1)
+
