@@ -1,0 +1,259 @@
+"""Golden cases for Transformer-XL (rel_shift, relative scores) and DeBERTa (log buckets,
+relative positions, disentangled c2p/p2c scores)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import attention
+from ..relative import deberta, transformer_xl
+from . import oracle_relative_xl as oracle
+from .spec import CaseSpec, Encoding, conventions, exact, tolerance
+
+TXL = "Dai et al. 2019 (Transformer-XL), sec. 3.3; kimiyoung/transformer-xl _rel_shift"
+DEBERTA = "He et al. 2021 (paper), HF DeBERTa-v2 buckets"
+DEBERTA_HF = "He et al. 2021 eq. 4 with the p2c index of HF/microsoft code (delta(i,j)); HF DeBERTa-v2 buckets"
+QK = "query - key"
+
+
+# --------------------------------------------------------------------------- library evaluators
+
+def _rel_shift(params, inputs):
+    return {"out": transformer_xl.rel_shift(inputs["x"]), "dx": transformer_xl.rel_shift_backward(inputs["dout"])}
+
+
+def _txl_score(params, inputs):
+    q, k, value, g = inputs["q"], inputs["k"], inputs["value"], inputs["dlogits"]
+    _, n_heads, q_len, d = q.shape
+    hook = transformer_xl.TransformerXLRelative(n_heads, d, params["d_model_r"], base=params["base"],
+                                                clamp_len=params["clamp_len"])
+    hook.params = {"u": inputs["u"], "v": inputs["v"], "W_r": inputs["W_r"]}
+    scale = 1.0 / np.sqrt(d)
+    term, cache = hook.logits(q, k, scale)
+    keep = attention.causal_mask(q_len, k.shape[-2])
+    score = np.where(keep, scale * (q @ np.swapaxes(k, -1, -2)) + term, 0.0)
+    dq, dk = hook.logits_backward(g, cache)
+    out, _ = attention.forward(q, k, value, causal=True, hooks=[hook])
+    return {"score": score, "out": out, "dq": scale * (g @ k) + dq, "dk": scale * (np.swapaxes(g, -1, -2) @ q) + dk,
+            "du": hook.grads["u"], "dv": hook.grads["v"], "dW_r": hook.grads["W_r"]}
+
+
+def _log_bucket(params, inputs):
+    return {"bucket": deberta.deberta_log_bucket_position(inputs["relative_pos"], params["bucket_size"],
+                                                          params["max_position"])}
+
+
+def _relative_positions(params, inputs):
+    return {"relative_pos": deberta.deberta_relative_positions(
+        params["q_len"], params["k_len"], bucket_size=params["bucket_size"], max_position=params["max_position"],
+        query_offset=params.get("query_offset"))}
+
+
+def _deberta_scores(params, inputs):
+    q, k, value, g = inputs["q"], inputs["k"], inputs["value"], inputs["dlogits"]
+    _, n_heads, _, d = q.shape
+    hook = deberta.DebertaDisentangled(n_heads, d, position_buckets=params["position_buckets"],
+                                       max_relative_positions=params["max_relative_positions"],
+                                       pos_att_type=params["pos_att_type"], p2c_index=params["p2c_index"])
+    hook.params = {key: inputs[key] for key in hook.params}
+    scale = deberta.deberta_scale(d, params["pos_att_type"])
+    term, cache = hook.logits(q, k, scale)
+    dq, dk = hook.logits_backward(g, cache)
+    res = {"logits": scale * (q @ np.swapaxes(k, -1, -2)) + term,
+           "dq": scale * (g @ k) + (0 if dq is None else dq),
+           "dk": scale * (np.swapaxes(g, -1, -2) @ q) + (0 if dk is None else dk)}
+    res["out"], _ = attention.forward(q, k, value, scale=scale, hooks=[hook])
+    # The unscaled single terms, from a hook with only that term enabled.
+    for term_name, table in (("c2p", "pos_key"), ("p2c", "pos_query")):
+        if term_name in params["pos_att_type"]:
+            single = deberta.DebertaDisentangled(n_heads, d, position_buckets=params["position_buckets"],
+                                                 max_relative_positions=params["max_relative_positions"],
+                                                 pos_att_type=(term_name,), p2c_index=params["p2c_index"])
+            single.params = {table: inputs[table]}
+            res[term_name] = single.logits(q, k, 1.0)[0]
+            res["d" + table] = hook.grads[table]
+    return res
+
+
+ENCODINGS = [
+    Encoding("relative.txl.rel_shift", oracle.rel_shift, _rel_shift),
+    Encoding("relative.txl.score", oracle.txl_score, _txl_score),
+    Encoding("relative.deberta.log_bucket", oracle.deberta_log_bucket, _log_bucket),
+    Encoding("relative.deberta.relative_positions", oracle.deberta_relative_positions, _relative_positions),
+    Encoding("relative.deberta.c2p_p2c", oracle.deberta_scores, _deberta_scores),
+]
+
+
+# --------------------------------------------------------------------------- cases
+
+def _sym(values) -> np.ndarray:
+    """Sorted test points with both signs and zero."""
+    v = np.asarray(sorted(set(values)), dtype=np.int64)
+    return np.unique(np.concatenate([-v, [0], v]))
+
+
+def _txl_cases(rng) -> list[CaseSpec]:
+    out = []
+    # rel_shift is a pure data movement: every output is a copy of an input or the zero pad,
+    # and every dx entry a sum of at most one dout entry. Exact.
+    for q_len, k_len, lead, why in (
+        (3, 5, (), "memory of 2: queries at positions 2..4; upper triangle shows the pad and next-row values"),
+        (4, 4, (2,), "q_len == k_len with a leading batch axis"),
+        (5, 3, (), "q_len > k_len (not used by Transformer-XL): several pads and wraps"),
+    ):
+        out.append(CaseSpec(
+            name=f"relative.txl.rel_shift.q{q_len}_k{k_len}",
+            encoding="relative.txl.rel_shift",
+            params={},
+            conventions=conventions(layout="(..., q_len, k_len), input column m = distance k_len-1-m",
+                                    sign="output holds distance query - key (bottom-right)", semantics=TXL),
+            inputs={"x": rng.standard_normal(lead + (q_len, k_len)), "dout": rng.standard_normal(lead + (q_len, k_len))},
+            tolerance=exact(),
+            description=f"rel_shift (pad zero column, reshape, drop first row) and its adjoint; {why}",
+        ))
+    # Scores: s * (two d-term dot products) with r_t = W_r^T R_t a d_r-term sum of sin/cos
+    # (angles <= 4 rad, ~1 ulp each); gradients are sums of up to ~30 such products. The error
+    # is absolute (cancellation), a few ulp of the sum of |products| (values up to ~8 here).
+    # Measured max abs error 8 eps (dq, dv of q3_k5); bound 32 eps absolute + 4 eps relative.
+    for q_len, k_len, d_r, clamp_len, why in (
+        (3, 5, 6, None, "memory of 2 (queries are the last 3 of 5 positions)"),
+        (4, 4, 8, 2, "q_len == k_len with clamp_len=2 (distances 3 use r_2)"),
+    ):
+        n_heads, d, batch = 2, 3, 1
+        g = rng.standard_normal((batch, n_heads, q_len, k_len))
+        g = np.where(attention.causal_mask(q_len, k_len), g, 0.0)
+        out.append(CaseSpec(
+            name=f"relative.txl.score.q{q_len}_k{k_len}" + ("" if clamp_len is None else f".clamp{clamp_len}"),
+            encoding="relative.txl.score",
+            params={"num_heads": n_heads, "head_dim": d, "d_model_r": d_r, "base": 10000.0, "clamp_len": clamp_len},
+            conventions=conventions(layout="q,k (B, H, len, d); R = [sin | cos] of descending distances; "
+                                           "W_r (d_r, H*d)",
+                                    sign="distance = query - key, query i at i + k_len - q_len",
+                                    scale_placement="all terms over sqrt(d)", semantics=TXL),
+            inputs={"q": rng.standard_normal((batch, n_heads, q_len, d)),
+                    "k": rng.standard_normal((batch, n_heads, k_len, d)),
+                    "value": rng.standard_normal((batch, n_heads, k_len, 2)),
+                    "u": rng.standard_normal((n_heads, d)), "v": rng.standard_normal((n_heads, d)),
+                    "W_r": rng.standard_normal((d_r, n_heads * d)), "dlogits": g},
+            tolerance=tolerance(abs_eps=32, rel_eps=4),
+            description="Transformer-XL score (q+u).k + (q+v).r_{i-j} over sqrt(d) (masked future entries 0), "
+                        f"causal attention output, and gradients of sum(dlogits*score); {why}",
+        ))
+    return out
+
+
+def _deberta_bucket_cases() -> list[CaseSpec]:
+    out = []
+    # b=256, M=512 (DeBERTa-v3, deberta-v2-xlarge): identity up to |r| = 128, then a new bucket
+    # wherever ceil(127 ln(r/128) / ln(511/128)) steps. Points: 0..11, 120..139 around mid, both
+    # sides (r-1, r) of bucket steps at r = 131, 133, 201, 258, 303, 349, 411, 506, 512; the
+    # in-table values closest to a step (216: 48.0031, 500: 125.0036, 402: 104.9898); the last
+    # in-table distance 511 (exactly 127 -> 255); beyond the table 1471 (223.99983) and 2650
+    # (277.99987), the points nearest an integer for |r| < 4096; and far values.
+    steps = [131, 133, 201, 258, 303, 349, 411, 506, 512]
+    pts = (set(range(0, 12)) | set(range(120, 140)) | set(steps) | {t - 1 for t in steps}
+           | {216, 500, 402, 510, 511, 513, 1471, 2650, 4096, 100000})
+    out.append(CaseSpec(
+        name="relative.deberta.log_bucket.b256_m512",
+        encoding="relative.deberta.log_bucket",
+        params={"bucket_size": 256, "max_position": 512},
+        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
+        inputs={"relative_pos": _sym(pts)},
+        tolerance=exact(),
+        description="DeBERTa-v2 make_log_bucket_position, position_buckets=256, max_relative_positions=512: "
+                    "identity for |r| <= 128, log buckets up to 255 at |r| = 511, odd in r",
+    ))
+    # A configuration where the ceiling's argument is an exact integer inside the table:
+    # 8 ln(15/9) / ln(25/9) = 4 because (15/9)^8 = (25/9)^4. Exact bucket(15) = 13; a plain
+    # float64 evaluation gives 4.000000000000001 and 14. Also r = 25 = M - 1 (value 8, exact).
+    out.append(CaseSpec(
+        name="relative.deberta.log_bucket.b18_m26.exact_tie",
+        encoding="relative.deberta.log_bucket",
+        params={"bucket_size": 18, "max_position": 26},
+        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA + "; ceiling of the exact value"),
+        inputs={"relative_pos": _sym(range(1, 41))},
+        tolerance=exact(),
+        description="log buckets b=18, M=26, |r| <= 40: r = +-15 sits exactly on a bucket boundary "
+                    "(exact 13, naive float64 14); float implementations must round the log ratio carefully",
+    ))
+    out.append(CaseSpec(
+        name="relative.deberta.log_bucket.b2_m4",
+        encoding="relative.deberta.log_bucket",
+        params={"bucket_size": 2, "max_position": 4},
+        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
+        inputs={"relative_pos": _sym([1, 2, 3, 4, 100])},
+        tolerance=exact(),
+        description="smallest valid configuration: mid = 1, mid - 1 = 0, every |r| >= 1 maps to +-1",
+    ))
+    return out
+
+
+def _deberta_position_cases() -> list[CaseSpec]:
+    out = []
+    for q_len, k_len, b, m, offset, why in (
+        (4, 4, -1, -1, None, "square, raw: rel[i, j] = i - j"),
+        (3, 6, -1, -1, None, "queries are the last 3 of 6 positions (bottom-right): rel[i, j] = i + 3 - j"),
+        (3, 6, -1, -1, 0, "query_offset=0: Hugging Face build_relative_position (query i at i)"),
+        (2, 20, 8, 12, None, "decode-like block with log buckets b=8, M=12 (clamped beyond bucket 7)"),
+    ):
+        params = {"q_len": q_len, "k_len": k_len, "bucket_size": b, "max_position": m}
+        name = f"relative.deberta.relative_positions.q{q_len}_k{k_len}"
+        if b > 0:
+            name += f".b{b}_m{m}"
+        if offset is not None:
+            params["query_offset"] = offset
+            name += f".offset{offset}"
+        out.append(CaseSpec(
+            name=name, encoding="relative.deberta.relative_positions", params=params,
+            conventions=conventions(layout="(q_len, k_len)", sign=QK, semantics=DEBERTA),
+            inputs={}, tolerance=exact(),
+            description=f"DeBERTa relative positions query - key; {why}",
+        ))
+    return out
+
+
+def _deberta_score_cases(rng) -> list[CaseSpec]:
+    out = []
+    # Logits are s * (three d-term dot products), s = 1/sqrt(3d); out a softmax-weighted sum;
+    # gradients sums of <= 2*6*2 products of O(1) values. The error is absolute (cancellation),
+    # a few ulp of the sum of |products| (values up to ~8); measured max abs error 4 eps
+    # (logits, c2p); bound 16 eps absolute + 4 eps relative.
+    for q_len, k_len, pb, mrp, types, p2c, why in (
+        (4, 4, -1, 2, ("c2p", "p2c"), "paper", "square, span 2 (clamps for |rel| >= 2)"),
+        (4, 4, -1, 2, ("c2p", "p2c"), "hf", "square, span 2, p2c index of HF/microsoft code (delta(i,j))"),
+        (3, 6, 4, 6, ("c2p", "p2c"), "paper", "q_len != k_len (bottom-right) with log buckets b=4, M=6"),
+        (3, 5, -1, 3, ("c2p",), "paper", "c2p only: scale 1/sqrt(2d)"),
+        (3, 5, -1, 3, ("p2c",), "paper", "p2c only, q_len != k_len"),
+    ):
+        n_heads, d, batch = 2, 3, 2
+        span = pb if pb > 0 else mrp
+        inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
+                  "k": rng.standard_normal((batch, n_heads, k_len, d)),
+                  "value": rng.standard_normal((batch, n_heads, k_len, 2)),
+                  "dlogits": rng.standard_normal((batch, n_heads, q_len, k_len))}
+        if "c2p" in types:
+            inputs["pos_key"] = rng.standard_normal((n_heads, 2 * span, d))
+        if "p2c" in types:
+            inputs["pos_query"] = rng.standard_normal((n_heads, 2 * span, d))
+        tag = "_".join(types) + (f".b{pb}_m{mrp}" if pb > 0 else f".span{mrp}")
+        out.append(CaseSpec(
+            name=f"relative.deberta.c2p_p2c.q{q_len}_k{k_len}.{tag}.{p2c}",
+            encoding="relative.deberta.c2p_p2c",
+            params={"position_buckets": pb, "max_relative_positions": mrp, "pos_att_type": list(types),
+                    "p2c_index": p2c},
+            conventions=conventions(
+                layout="q,k (B, H, len, d); pos_key/pos_query (H, 2*span, d), row t = relative position t - span",
+                sign=QK + ("; p2c row clamp(-rel + span)" if p2c == "paper" else "; p2c row clamp(rel + span)"),
+                scale_placement=f"all terms over sqrt({1 + len(types)}d)",
+                semantics=DEBERTA if p2c == "paper" else DEBERTA_HF),
+            inputs=inputs,
+            tolerance=tolerance(abs_eps=16, rel_eps=4),
+            description="DeBERTa disentangled scores: unscaled c2p/p2c terms, full logits, softmax attention "
+                        f"output and gradients of sum(dlogits*logits); {why}",
+        ))
+    return out
+
+
+def cases() -> list[CaseSpec]:
+    rng = np.random.default_rng(20261201)
+    return _txl_cases(rng) + _deberta_bucket_cases() + _deberta_position_cases() + _deberta_score_cases(rng)
