@@ -401,20 +401,19 @@ def patch_positions(height: int, width: int) -> np.ndarray:
     return np.stack([rows.reshape(-1), cols.reshape(-1)]).astype(np.int64)
 
 
-def _mrope_streams(section, n: int, variant: str, streams: int) -> np.ndarray:
-    """Which position stream drives each of the ``n`` frequencies."""
+def _mrope_streams(section, n: int, variant: str) -> np.ndarray:
+    """Which of the 3 position streams (t, h, w) drives each of the ``n`` frequencies."""
     if not isinstance(section, (list, tuple, np.ndarray)) or len(section) == 0:
         raise TypeError(f"mrope_section must be a non-empty list of ints, got {section!r}")
     section = [check_int(v, "mrope_section entry", minimum=0) for v in section]
     if sum(section) != n:
         raise ValueError(f"mrope_section {section} must sum to len(inv_freq) = {n}")
+    if variant == "qwen2-vl":  # contiguous chunks; chunk k follows stream k % 3 (HF: m[i % 3])
+        return np.repeat(np.arange(len(section)) % 3, section)
+    if len(section) != 3:
+        raise ValueError(f"variant 'qwen3-vl' needs 3 sections (t, h, w), got {section}")
     j = np.arange(n)
-    if variant == "qwen2-vl":  # contiguous chunks; chunk k follows stream k % streams
-        return np.repeat(np.arange(len(section)) % streams, section)
-    if len(section) != 3 or streams != 3:
-        raise ValueError(f"variant 'qwen3-vl' needs 3 sections and positions of shape (3, ...), got "
-                         f"{len(section)} sections and {streams} streams")
-    out = np.zeros(n, dtype=np.int64)  # interleaved t, h, w, ...; t fills the rest
+    out = np.zeros(n, dtype=np.int64)  # interleaved t, h, w, t, h, w, ...; t fills the rest
     for stream in (1, 2):
         out[(j % 3 == stream) & (j < 3 * section[stream])] = stream
     return out
@@ -447,10 +446,9 @@ def mrope_cos_sin(positions, inv_freq, mrope_section, *, variant: str = "qwen2-v
     dtype = check_float_dtype(dtype)
     freqs = _check_inv_freq(inv_freq)
     factor = _check_attention_factor(attention_factor)
-    streams = np.shape(positions)[0] if np.ndim(positions) else 0
-    if streams < 1:
-        raise ValueError(f"positions must have shape (3, ..., L), got {np.shape(positions)}")
-    stream = _mrope_streams(mrope_section, freqs.size, variant, streams)
+    if np.ndim(positions) < 2 or np.shape(positions)[0] != 3:
+        raise ValueError(f"positions must have shape (3, ..., L) (temporal, height, width), got {np.shape(positions)}")
+    stream = _mrope_streams(mrope_section, freqs.size, variant)
     return _tables(_stream_angles(positions, freqs, stream, "positions"), factor, layout, dtype)
 
 

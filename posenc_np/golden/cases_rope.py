@@ -41,7 +41,7 @@ def _freqs(params):
 
 def _inv_freq(params, inputs):
     inv, af = _freqs(params)
-    out = {"inv_freq": inv, "attention_factor": np.float64(af)}
+    out = {"inv_freq": inv, "attention_factor": np.array([af])}
     sc = params.get("scaling") or {}
     kind = sc.get("rope_type") or sc.get("type")
     if kind == "yarn":

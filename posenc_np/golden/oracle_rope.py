@@ -130,7 +130,8 @@ def frequencies(params):
 
 def inv_freq(params, inputs):
     inv, af, extra = frequencies(params)
-    return {"inv_freq": _vector(inv), "attention_factor": np.array(af, dtype=object), **extra}
+    # shape (1,), not 0-d: golden/format.py's NPZ writer turns 0-d arrays into shape (1,)
+    return {"inv_freq": _vector(inv), "attention_factor": _vector([af]), **extra}
 
 
 # --------------------------------------------------------------------------- rotation
