@@ -1,0 +1,548 @@
+r"""Fused ALiBi attention (Numba): tiled, online softmax, no ``(q_len, k_len)`` matrix.
+
+Forward (FlashAttention, Dao et al. 2022, alg. 1, with the FlashAttention-2 loop order of
+Dao 2023, alg. 1): for each query tile :math:`Q_a` and each key tile :math:`K_b, V_b`
+
+.. math::
+
+    S_{ab} = s\,Q_a K_b^\top + B_{ab}, \qquad
+    m' = \max(m, \mathrm{rowmax}\,S_{ab}), \qquad
+    \tilde P = e^{S_{ab} - m'}, \\
+    \ell' = e^{m - m'}\ell + \mathrm{rowsum}\,\tilde P, \qquad
+    O' = e^{m - m'} O + \tilde P V_b,
+
+and at the end :math:`O \leftarrow O / \ell`, :math:`\mathrm{lse} = m + \log \ell`. The ALiBi
+bias of one tile is recomputed from the slope and the two positions, never stored:
+``causal`` :math:`B_{h,i,j} = -m_h (p_i - j)` for :math:`j \le p_i` (later keys masked),
+``symmetric`` :math:`B_{h,i,j} = -m_h |j - p_i|`, with query ``i`` at position
+:math:`p_i = i + \text{q\_offset}` (Press et al. 2022, "Train Short, Test Long",
+arXiv:2108.12409; conventions in :mod:`posenc_np.alibi`). Causal key tiles that lie entirely
+after a query tile's last query are skipped: about half the work.
+
+Backward (FlashAttention-2, alg. 2), recomputing :math:`P = e^{S - \mathrm{lse}}` per tile
+from the saved ``lse``, with :math:`G = \partial L/\partial O` and
+:math:`D_i = \sum_c G_{ic} O_{ic}`:
+
+.. math::
+
+    dV_b = \sum_a P_{ab}^\top G_a, \qquad dP_{ab} = G_a V_b^\top, \qquad
+    dS_{ab} = P_{ab} \odot (dP_{ab} - D_a), \\
+    dQ_a = s \sum_b dS_{ab} K_b, \qquad dK_b = s \sum_a dS_{ab}^\top Q_a.
+
+Parallel scheme (race-free, no atomics): the forward and :math:`dQ` run ``prange`` over
+(batch*head, query tile); each work item owns its output rows. :math:`dK, dV` run ``prange``
+over (batch*head, key tile); each work item owns its key rows and loops over the query
+tiles that see it. :math:`S` and :math:`dP` are therefore recomputed in both backward
+passes (7 tile products instead of 5), the price of needing neither atomics nor per-thread
+copies of :math:`dQ`. Tiles are visited in a zig-zag order (first, last, second, ...) so that
+Numba's static split of the iteration space gives every thread the same amount of causal
+work even for a single head.
+
+Tile products use ``np.dot`` (BLAS ``gemm`` on ``BLOCK_Q x BLOCK_K`` tiles); every call runs
+with BLAS limited to one thread (see :func:`_blas_one_thread`), so the ``prange`` threads
+never start BLAS threads of their own. Measured on the 2-core AVX-512 development machine,
+BLAS tiles ran 2-4x faster than hand-written loops. The exponential is a vectorisable
+polynomial (:func:`_exp32`, :func:`_exp64`, <= 2 ulp), since ``math.exp`` stays a scalar
+libm call without Intel SVML.
+
+Precision: float32 inputs are computed and accumulated in float32 (the float64 reference
+differs by a few 1e-7 relative; see ``tests/test_kernels_alibi.py`` for the tested bound),
+float64 in float64.
+
+Semantics match :func:`posenc_np.alibi.attention` (the NumPy reference), including fully
+masked rows (``causal`` with ``q_len > k_len``): output 0, ``lse = -inf``, gradients 0,
+no NaN. One deliberate difference: keys masked by the causal mask are never used, so a NaN
+or inf in ``v`` at a masked key does not reach the output (in the reference it leaks
+through ``0 * nan`` in ``probs @ v``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.core.extending import intrinsic, overload
+
+from ._numba import FASTMATH, launch_guard, njit_kernel
+
+__all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "alibi_attention_backward", "alibi_attention_forward"]
+
+#: Query and key tile sizes (rows). 64 x 64 float32 tiles of S, P and dP (16 KiB each) stay
+#: in L1/L2 next to the Q, K, V tiles; larger tiles measured slower on the development machine.
+BLOCK_Q = 64
+BLOCK_K = 64
+
+#: ``backend="auto"`` of :func:`posenc_np.alibi.attention` uses this kernel when
+#: ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (measured; see ``bench/bench_alibi.py``).
+ALIBI_NUMBA_MIN_T = 128
+
+# Kernels use njit_kernel's settings: fastmath without "nnan"/"ninf" (they use -inf for
+# masked rows and the empty running max, and must let NaN through like the reference).
+_helper = njit_kernel(parallel=False)
+
+
+# --------------------------------------------------------------------------- public API
+
+def _prepare(arrays, names):
+    """Common float dtype, (N, T, d) C-contiguous views; non-contiguous inputs are copied once."""
+    dtype = np.result_type(*arrays)
+    if dtype not in (np.float32, np.float64):
+        raise TypeError(f"{'/'.join(names)} must be float32 or float64 arrays, got dtypes "
+                        f"{', '.join(str(a.dtype) for a in arrays)} (common {dtype})")
+    return dtype, [np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:]), dtype=dtype) for a in arrays]
+
+
+def _check_inputs(q, k, v, slopes, causal, scale, q_offset):
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.ndim < 3:
+            raise ValueError(f"{name} must be (..., heads, len, d), got shape {x.shape}")
+    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q, k, v must be (..., heads, q_len, d), (..., heads, k_len, d), "
+                         f"(..., heads, k_len, d_v) with matching leading axes; got q {q.shape}, "
+                         f"k {k.shape}, v {v.shape}")
+    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    slopes = np.asarray(slopes)
+    if slopes.shape != (heads,) or slopes.dtype.kind not in "iuf":
+        raise ValueError(f"slopes must be a real array of shape (heads,) = ({heads},), got "
+                         f"{slopes.dtype} {slopes.shape}")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a real number, got {type(scale).__name__} {scale!r}")
+    if q_offset is None:
+        q_offset = k_len - q_len
+    elif isinstance(q_offset, (bool, np.bool_)) or not isinstance(q_offset, (int, np.integer)):
+        raise TypeError(f"q_offset must be an integer or None, got {type(q_offset).__name__} {q_offset!r}")
+    return q, k, v, slopes, bool(causal), float(scale), int(q_offset)
+
+
+def _per_item_slopes(slopes, n_items, dtype):
+    """Negated slope of every flattened (batch..., head) item: item ``n`` is head ``n % H``."""
+    return np.ascontiguousarray(np.tile(-slopes.astype(np.float64), n_items // slopes.shape[0]), dtype=dtype)
+
+
+def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_offset=None):
+    r"""Fused ALiBi attention forward: ``(out, lse)``.
+
+    .. math::
+
+        O = \mathrm{softmax}(s\,QK^\top + B)\,V, \qquad
+        \mathrm{lse}_i = \log \sum_{j\ \text{kept}} e^{S_{ij}}
+
+    with the ALiBi bias :math:`B` (module docstring) computed tile by tile.
+
+    Parameters
+    ----------
+    q, k, v : ndarray
+        ``(..., heads, q_len, d)``, ``(..., heads, k_len, d)``, ``(..., heads, k_len, d_v)``,
+        float32 or float64 (computed in their common dtype). Any leading axes; inputs that
+        are not C-contiguous in the last two axes (transposed, strided, offset views) are
+        copied once to C order.
+    slopes : array_like ``(heads,)``
+        ALiBi slopes :math:`m_h` (:func:`posenc_np.alibi.slopes`), non-negative.
+    causal : bool
+        ``True``: ``causal`` form and causal mask; ``False``: ``symmetric`` form, no mask.
+    scale : float
+        Logit scale :math:`s` (the bias is added after it).
+    q_offset : int, optional
+        Position of query 0 (query ``i`` is at ``i + q_offset``, key ``j`` at ``j``); default
+        ``k_len - q_len``, the bottom-right alignment of :func:`posenc_np.attention.forward`.
+        The causal mask follows it: key ``j`` is kept iff ``j <= i + q_offset``.
+
+    Returns
+    -------
+    out : ndarray ``(..., heads, q_len, d_v)``
+    lse : ndarray ``(..., heads, q_len)``
+        Per-row log-sum-exp of the kept logits, ``-inf`` for fully masked rows (whose output
+        is 0). Save it with ``out`` for :func:`alibi_attention_backward`.
+    """
+    q, k, v, slopes, causal, scale, q_offset = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
+    lead = q.shape[:-2]
+    q_len, k_len, dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    dtype, (q3, k3, v3) = _prepare((q, k, v), ("q", "k", "v"))
+    n_items = q3.shape[0]
+    out = np.zeros((n_items, q_len, dv), dtype=dtype)
+    lse = np.full((n_items, q_len), -np.inf, dtype=dtype)
+    if n_items and q_len and k_len:
+        mneg = _per_item_slopes(slopes, n_items, dtype)
+        with launch_guard(), _blas_one_thread():
+            _forward_kernel(q3, k3, v3, mneg, causal, dtype.type(scale), q_offset, dtype.type(-np.inf), out, lse)
+    return out.reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
+
+
+def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, scale: float, q_offset=None):
+    r"""Gradients ``(dq, dk, dv)`` of :func:`alibi_attention_forward` (FlashAttention-2).
+
+    Recomputes :math:`P = e^{S - \mathrm{lse}}` tile by tile (module docstring); memory is
+    :math:`O(\text{tile}^2)` per thread besides the gradients themselves.
+
+    Parameters
+    ----------
+    dout : ndarray ``(..., heads, q_len, d_v)``
+        :math:`\partial L/\partial O`.
+    q, k, v, slopes, causal, scale, q_offset
+        As passed to :func:`alibi_attention_forward`.
+    out, lse : ndarray
+        As returned by :func:`alibi_attention_forward`.
+
+    Returns
+    -------
+    dq, dk, dv : ndarray
+        Shapes of ``q``, ``k``, ``v``, in the common dtype.
+    """
+    q, k, v, slopes, causal, scale, q_offset = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
+    dout, out, lse = np.asarray(dout), np.asarray(out), np.asarray(lse)
+    out_shape = q.shape[:-1] + (v.shape[-1],)
+    if dout.shape != out_shape or out.shape != out_shape:
+        raise ValueError(f"dout and out must have shape {out_shape}, got {dout.shape} and {out.shape}")
+    if lse.shape != q.shape[:-1]:
+        raise ValueError(f"lse must have shape {q.shape[:-1]}, got {lse.shape}")
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    dtype, (q3, k3, v3, do3, o3) = _prepare((q, k, v, dout, out), ("q", "k", "v", "dout", "out"))
+    lse2 = np.ascontiguousarray(lse.reshape(-1, q_len), dtype=dtype)
+    n_items = q3.shape[0]
+    dq = np.zeros(q3.shape, dtype=dtype)
+    dk = np.zeros(k3.shape, dtype=dtype)
+    dv = np.zeros(v3.shape, dtype=dtype)
+    if n_items and q_len and k_len:
+        mneg = _per_item_slopes(slopes, n_items, dtype)
+        delta = np.empty((n_items, q_len), dtype=dtype)
+        sc, ninf = dtype.type(scale), dtype.type(-np.inf)
+        with launch_guard(), _blas_one_thread():
+            _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, causal, sc, q_offset, ninf, dq, delta)
+            _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, causal, sc, q_offset, ninf, dk, dv)
+    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+
+
+# --------------------------------------------------------------------------- BLAS threads
+
+_BLAS_STATE = {"depth": 0, "controller": None, "limiter": None}
+_BLAS_LOCK = threading.Lock()
+
+
+class _blas_one_thread:
+    """Limit every loaded BLAS to one thread while a kernel runs; thread-safe and re-entrant.
+
+    The limit is process-wide (BLAS has no per-thread setting), so concurrent callers share
+    it: the first one in sets it, the last one out restores the previous setting.
+    scipy's BLAS (which Numba's ``np.dot`` calls) is loaded before limiting.
+    """
+
+    def __enter__(self):
+        with _BLAS_LOCK:
+            if _BLAS_STATE["depth"] == 0:
+                if _BLAS_STATE["controller"] is None:
+                    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS Numba's np.dot uses)
+                    from threadpoolctl import ThreadpoolController
+                    _BLAS_STATE["controller"] = ThreadpoolController()
+                _BLAS_STATE["limiter"] = _BLAS_STATE["controller"].limit(limits=1, user_api="blas")
+            _BLAS_STATE["depth"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        with _BLAS_LOCK:
+            _BLAS_STATE["depth"] -= 1
+            if _BLAS_STATE["depth"] == 0:
+                _BLAS_STATE["limiter"].restore_original_limits()
+                _BLAS_STATE["limiter"] = None
+        return False
+
+
+# --------------------------------------------------------------------------- kernels
+#
+# Everything below is compiled lazily (first call, per dtype) and cached on disk by
+# ``njit_kernel``. Scalars that enter the inner loops (scale, -inf, slopes) are passed in
+# the array dtype so that float32 kernels never widen to float64.
+
+@intrinsic
+def _bits_to_f32(typingctx, x):
+    """Reinterpret int32 bits as float32 (LLVM ``bitcast``; vectorises)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.int32), codegen
+
+
+@intrinsic
+def _bits_to_f64(typingctx, x):
+    """Reinterpret int64 bits as float64."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+    return types.float64(types.int64), codegen
+
+
+@_helper
+def _exp32(x):
+    # e^x for float32 x <= ~88 (also -inf and NaN): x = n ln2 + r with |r| <= ln2/2
+    # (Cody-Waite split of ln2), e^r by its degree-7 Taylor polynomial (truncation < 1.2e-8
+    # relative), 2^n built from the exponent bits. Max error measured 1 ulp; exp(x) = 0 for
+    # x < -87 (below float32's normal range), NaN in gives NaN out.
+    lo = np.float32(-87.0)
+    xc = lo if x < lo else x
+    xc = np.float32(0.0) if xc != xc else xc  # NaN: keep n finite; r below stays NaN
+    n = math.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
+    r = x - n * np.float32(0.693359375) - n * np.float32(-2.12194440e-4)
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    res = p * _bits_to_f32((np.int32(n) + np.int32(127)) << np.int32(23))
+    return np.float32(0.0) if x < lo else res
+
+
+@_helper
+def _exp64(x):
+    # float64 version of _exp32: degree-12 Taylor polynomial (truncation < 6e-17 relative).
+    lo = -708.0
+    xc = lo if x < lo else x
+    xc = 0.0 if xc != xc else xc
+    n = math.floor(xc * 1.4426950408889634 + 0.5)
+    r = x - n * 0.6931471803691238 - n * 1.9082149292705877e-10
+    p = 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    res = p * _bits_to_f64((np.int64(n) + np.int64(1023)) << np.int64(52))
+    return 0.0 if x < lo else res
+
+
+def _exp(x):
+    """Vectorisable e^x in the dtype of ``x`` (dispatches to :func:`_exp32` / :func:`_exp64`)."""
+    raise NotImplementedError("only callable from Numba kernels")
+
+
+@overload(_exp, jit_options={"fastmath": set(FASTMATH)})
+def _exp_overload(x):
+    if x == types.float32:
+        return lambda x: _exp32(x)
+    return lambda x: _exp64(x)
+
+
+@_helper
+def _zigzag(z, count):
+    """Tile order 0, count-1, 1, count-2, ...: equal causal work in every contiguous chunk."""
+    return z // 2 if z % 2 == 0 else count - 1 - z // 2
+
+
+@njit_kernel()
+def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
+    n_items, q_len, _ = q.shape
+    k_len = k.shape[1]
+    d_v = v.shape[2]
+    ft = q.dtype.type
+    zero = ft(0)
+    n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
+    for item in prange(n_items * n_qt):
+        n = item // n_qt
+        i0 = _zigzag(item % n_qt, n_qt) * BLOCK_Q
+        i1 = min(i0 + BLOCK_Q, q_len)
+        bq = i1 - i0
+        m = mneg[n]  # -slope
+        q_a = q[n][i0:i1]
+        acc = np.zeros((bq, d_v), out.dtype)  # unnormalised output rows
+        pv = np.empty((bq, d_v), out.dtype)
+        s_buf = np.empty(bq * BLOCK_K, out.dtype)
+        row_max = np.full(bq, ninf)
+        row_sum = np.zeros(bq, out.dtype)
+        alpha = np.empty(bq, out.dtype)
+        j_end = k_len
+        if causal:  # the tile's last query (position i1 - 1 + off) sees keys < i1 + off
+            j_end = min(k_len, max(0, i1 + off))
+        for j0 in range(0, j_end, BLOCK_K):
+            bk = min(BLOCK_K, j_end - j0)
+            s = s_buf[: bq * bk].reshape((bq, bk))
+            np.dot(q_a, k[n][j0:j0 + bk].T, s)
+            for a in range(bq):
+                pos = i0 + a + off  # query position; key j0 + b is at distance pos - j0 - b
+                kept = bk
+                if causal:
+                    kept = min(bk, max(0, pos - j0 + 1))
+                srow = s[a]
+                base = pos - j0
+                mx = row_max[a]
+                if causal:
+                    for b in range(kept):
+                        x = srow[b] * scale + m * ft(base - b)
+                        srow[b] = x
+                        mx = x if x > mx else mx
+                else:
+                    for b in range(bk):
+                        x = srow[b] * scale + m * ft(abs(base - b))
+                        srow[b] = x
+                        mx = x if x > mx else mx
+                alpha[a] = 1
+                if mx == ninf:  # nothing kept so far: P row is 0, running state unchanged
+                    srow[:] = 0
+                    continue
+                alpha[a] = _exp(row_max[a] - mx)
+                total = zero
+                for b in range(kept):
+                    p = _exp(srow[b] - mx)
+                    srow[b] = p
+                    total += p
+                srow[kept:] = 0
+                row_sum[a] = row_sum[a] * alpha[a] + total
+                row_max[a] = mx
+            np.dot(s, v[n][j0:j0 + bk], pv)
+            for a in range(bq):
+                al = alpha[a]
+                for c in range(d_v):
+                    acc[a, c] = acc[a, c] * al + pv[a, c]
+        for a in range(bq):
+            l = row_sum[a]
+            if l == 0:  # fully masked row: output 0, lse -inf (already in out/lse)
+                continue
+            inv = ft(1) / l
+            for c in range(d_v):
+                out[n, i0 + a, c] = acc[a, c] * inv
+            lse[n, i0 + a] = row_max[a] + math.log(l)
+
+
+@njit_kernel()
+def _backward_dq_kernel(q, k, v, do, o, lse, mneg, causal, scale, off, ninf, dq, delta):
+    n_items, q_len, d = q.shape
+    k_len = k.shape[1]
+    d_v = v.shape[2]
+    ft = q.dtype.type
+    zero = ft(0)
+    n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
+    for item in prange(n_items * n_qt):
+        n = item // n_qt
+        i0 = _zigzag(item % n_qt, n_qt) * BLOCK_Q
+        i1 = min(i0 + BLOCK_Q, q_len)
+        bq = i1 - i0
+        m = mneg[n]
+        q_a = q[n][i0:i1]
+        do_a = do[n][i0:i1]
+        dq_a = dq[n][i0:i1]
+        for a in range(bq):  # D_i = rowsum(dO * O)
+            t = zero
+            for c in range(d_v):
+                t += do_a[a, c] * o[n, i0 + a, c]
+            delta[n, i0 + a] = t
+        s_buf = np.empty(bq * BLOCK_K, dq.dtype)
+        dp_buf = np.empty(bq * BLOCK_K, dq.dtype)
+        tmp = np.empty((bq, d), dq.dtype)
+        j_end = k_len
+        if causal:
+            j_end = min(k_len, max(0, i1 + off))
+        for j0 in range(0, j_end, BLOCK_K):
+            bk = min(BLOCK_K, j_end - j0)
+            s = s_buf[: bq * bk].reshape((bq, bk))
+            dp = dp_buf[: bq * bk].reshape((bq, bk))
+            k_b = k[n][j0:j0 + bk]
+            np.dot(q_a, k_b.T, s)
+            np.dot(do_a, v[n][j0:j0 + bk].T, dp)
+            for a in range(bq):  # s <- dS = P * (dP - D), P = exp(S - lse)
+                pos = i0 + a + off
+                kept = bk
+                if causal:
+                    kept = min(bk, max(0, pos - j0 + 1))
+                L = lse[n, i0 + a]
+                if L == ninf:  # fully masked row: P = 0
+                    kept = 0
+                dl = delta[n, i0 + a]
+                srow = s[a]
+                dprow = dp[a]
+                base = pos - j0
+                if causal:
+                    for b in range(kept):
+                        p = _exp(srow[b] * scale + m * ft(base - b) - L)
+                        srow[b] = p * (dprow[b] - dl)
+                else:
+                    for b in range(kept):
+                        p = _exp(srow[b] * scale + m * ft(abs(base - b)) - L)
+                        srow[b] = p * (dprow[b] - dl)
+                srow[kept:] = 0
+            np.dot(s, k_b, tmp)
+            for a in range(bq):
+                for c in range(d):
+                    dq_a[a, c] += tmp[a, c]
+        for a in range(bq):
+            for c in range(d):
+                dq_a[a, c] *= scale
+
+
+@njit_kernel()
+def _backward_dkdv_kernel(q, k, v, do, lse, delta, mneg, causal, scale, off, ninf, dk, dv):
+    n_items, q_len, d = q.shape
+    k_len = k.shape[1]
+    d_v = v.shape[2]
+    ft = q.dtype.type
+    zero = ft(0)
+    n_kt = (k_len + BLOCK_K - 1) // BLOCK_K
+    for item in prange(n_items * n_kt):
+        n = item // n_kt
+        j0 = _zigzag(item % n_kt, n_kt) * BLOCK_K
+        bk = min(BLOCK_K, k_len - j0)
+        m = mneg[n]
+        k_b = k[n][j0:j0 + bk]
+        v_b = v[n][j0:j0 + bk]
+        dk_b = dk[n][j0:j0 + bk]
+        dv_b = dv[n][j0:j0 + bk]
+        st_buf = np.empty(bk * BLOCK_Q, dk.dtype)
+        dpt_buf = np.empty(bk * BLOCK_Q, dk.dtype)
+        tmp_k = np.empty((bk, d), dk.dtype)
+        tmp_v = np.empty((bk, d_v), dk.dtype)
+        i_start = 0
+        if causal:  # first query that sees key j0: i + off >= j0
+            i_start = min(q_len, max(0, j0 - off))
+        for i0 in range(i_start, q_len, BLOCK_Q):
+            bq = min(BLOCK_Q, q_len - i0)
+            st = st_buf[: bk * bq].reshape((bk, bq))  # S^T, then P^T
+            dpt = dpt_buf[: bk * bq].reshape((bk, bq))  # dP^T, then dS^T
+            q_a = q[n][i0:i0 + bq]
+            do_a = do[n][i0:i0 + bq]
+            np.dot(k_b, q_a.T, st)
+            np.dot(v_b, do_a.T, dpt)
+            lse_a = lse[n, i0:i0 + bq]
+            dl_a = delta[n, i0:i0 + bq]
+            for b in range(bk):
+                base = i0 + off - (j0 + b)  # query a is at distance base + a from key j0 + b
+                first = 0
+                if causal:  # kept iff base + a >= 0
+                    first = min(bq, max(0, -base))
+                strow = st[b]
+                dprow = dpt[b]
+                strow[:first] = 0
+                dprow[:first] = 0
+                if causal:
+                    for a in range(first, bq):
+                        L = lse_a[a]
+                        p = _exp(strow[a] * scale + m * ft(base + a) - L)
+                        p = zero if L == ninf else p
+                        strow[a] = p
+                        dprow[a] = p * (dprow[a] - dl_a[a])
+                else:
+                    for a in range(bq):
+                        L = lse_a[a]
+                        p = _exp(strow[a] * scale + m * ft(abs(base + a)) - L)
+                        p = zero if L == ninf else p
+                        strow[a] = p
+                        dprow[a] = p * (dprow[a] - dl_a[a])
+            np.dot(st, do_a, tmp_v)
+            np.dot(dpt, q_a, tmp_k)
+            for b in range(bk):
+                for c in range(d_v):
+                    dv_b[b, c] += tmp_v[b, c]
+                for c in range(d):
+                    dk_b[b, c] += tmp_k[b, c]
+        for b in range(bk):
+            for c in range(d):
+                dk_b[b, c] *= scale
