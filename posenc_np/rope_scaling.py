@@ -47,7 +47,7 @@ class _DefaultBase(float):
 DEFAULT_BASE = _DefaultBase(10000.0)
 
 # Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
-# posenc_np.rope.mrope_cos_sin, not here; "partial_rotary_factor" only by "proportional".
+# posenc_np.rope.mrope_cos_sin, not here.
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
 _TYPE_KEYS = {
     "default": set(),
@@ -360,14 +360,15 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         :math:`\mathrm{base}^{-2i/d}/s` for :math:`i < \lfloor p d / 2 \rfloor`, zeros after
         (the zero pairs are not rotated; use the ``half`` layout over the whole head).
 
-    For every type except ``proportional``, ``dim`` is the rotary dim (for partial rotary
-    pass ``int(head_dim * partial_rotary_factor)``); a ``partial_rotary_factor`` other than 1
-    in the dict is then an error, since it would change what ``dim`` means.
+    ``dim`` is the rotary dim, except when the dict carries ``partial_rotary_factor`` p (as
+    Hugging Face 5.x dicts do, e.g. GPT-NeoX's ``rotary_pct``): then ``dim`` is the head dim
+    and, as in Hugging Face, the rotary dim is ``int(dim * p)`` for every type but
+    ``proportional`` (which keeps ``dim // 2`` frequencies and zeroes the tail).
 
     Parameters
     ----------
     dim : int
-        Even rotary dim (the head dim for ``proportional``).
+        Even rotary dim; the head dim when ``scaling`` carries ``partial_rotary_factor``.
     base : float
         :math:`\theta`, 10000 by default. A dict's ``rope_theta`` replaces the default; if
         ``base`` is passed too, they must agree.
@@ -382,7 +383,7 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
 
     Returns
     -------
-    inv_freq : ndarray, float64, shape ``(dim // 2,)``
+    inv_freq : ndarray, float64, shape ``(rotary_dim // 2,)``
     attention_factor : float
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
     """
@@ -393,11 +394,18 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         if base is not DEFAULT_BASE and float(base) != theta:
             raise ValueError(f"base={base} disagrees with scaling['rope_theta']={theta}; pass one of them")
         base = theta
-    dim, base = _check_dim_base(dim, float(base))
     prf = params.get("partial_rotary_factor")
-    if rope_type != "proportional" and prf is not None and float(prf) != 1.0:
-        raise ValueError(f"scaling['partial_rotary_factor']={prf} is only read by rope_type 'proportional'; for "
-                         f"{rope_type!r} pass the rotary dim int(head_dim * {prf}) as dim and drop the key")
+    if rope_type != "proportional" and prf is not None:
+        # HF's rule for every other type: rotary dim = int(head_dim * partial_rotary_factor)
+        prf = check_real(prf, "scaling['partial_rotary_factor']", positive=True)
+        if prf > 1.0:
+            raise ValueError(f"scaling['partial_rotary_factor'] must lie in (0, 1], got {prf}")
+        head_dim = check_int(dim, "dim", minimum=2)
+        dim = int(head_dim * prf)
+        if dim < 2 or dim % 2:
+            raise ValueError(f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {dim} "
+                             "must be even and >= 2")
+    dim, base = _check_dim_base(dim, float(base))
     if seq_len is not None:
         seq_len = check_int(seq_len, "seq_len", minimum=1)
     if max_position_embeddings is not None:

@@ -132,6 +132,14 @@ def test_rope_theta_in_dict():
     assert repr(rope_scaling.DEFAULT_BASE) == "10000.0"
 
 
+def test_partial_rotary_factor_makes_dim_the_head_dim():
+    """HF: rotary dim = int(head_dim * partial_rotary_factor) (GPT-NeoX rotary_pct 0.25, Phi-2 0.4)."""
+    neox = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25}
+    np.testing.assert_array_equal(rope.inv_freq(128, scaling=neox)[0], plain(32))
+    phi2 = {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.4}
+    np.testing.assert_allclose(rope.inv_freq(80, scaling=phi2)[0], plain(32) / 2, rtol=2 * EPS)
+
+
 def test_mrope_legacy_type_is_default_frequencies():
     sc = {"type": "mrope", "mrope_section": [16, 24, 24]}
     np.testing.assert_array_equal(rope.inv_freq(128, scaling=sc)[0], rope.inv_freq(128)[0])
@@ -147,8 +155,9 @@ def test_mrope_legacy_type_is_default_frequencies():
     ({"dim": 8, "scaling": {"rope_type": "linear", "factor": float("nan")}}, "must be finite"),
     ({"dim": 8, "scaling": {"rope_type": "linear", "factor": 2.0, "facter": 3}}, "does not use"),
     ({"dim": 8, "scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}}, "must agree"),
-    ({"dim": 8, "scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
-     "only read by rope_type 'proportional'"),
+    ({"dim": 10, "scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
+     r"int\(10 \* 0.5\) = 5 must be even"),
+    ({"dim": 8, "scaling": {"rope_type": "default", "partial_rotary_factor": 1.5}}, r"\(0, 1\]"),
     ({"dim": 8, "scaling": {"rope_type": "dynamic", "factor": 2.0}}, "needs the max_position_embeddings"),
     ({"dim": 2, "scaling": {"rope_type": "ntk", "alpha": 2.0}}, "dim must be > 2"),
     ({"dim": 8, "scaling": {"rope_type": "ntk", "alpha": 0.0}}, "must be > 0"),

@@ -169,6 +169,10 @@ def _inv_freq_cases() -> list[CaseSpec]:
         "unscaled RoPE frequencies, d=64, base 1e4; attention factor 1")
     add("default.d128_rope_theta500000", 128, 500000.0, {"rope_type": "default", "rope_theta": 500000.0},
         f"{HF} default (rope_theta read from the dict)", "HF 5.x rope_parameters carrying rope_theta; LLaMA-3 base")
+    add("default.d128_neox_partial0_25", 128, 10000.0,
+        {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+        f"{HF} default with partial_rotary_factor (GPT-NeoX rotary_pct)",
+        "dim is the head dim when the dict carries partial_rotary_factor: rotary dim int(128 * 0.25) = 32")
     add("linear.d32_f4_legacy_type", 32, 10000.0, {"type": "linear", "factor": 4.0}, f"{HF} linear",
         "position interpolation inv/4, dict with the legacy 'type' key")
     add("ntk.d64_alpha8", 64, 10000.0, {"rope_type": "ntk", "alpha": 8.0},

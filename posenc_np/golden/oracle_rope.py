@@ -61,6 +61,8 @@ def frequencies(params):
     seq_len, max_pos = params.get("seq_len"), params.get("max_position_embeddings")
     L0 = sc.get("original_max_position_embeddings") or max_pos
     one, extra = mp.mpf(1), {}
+    if kind != "proportional" and sc.get("partial_rotary_factor") is not None:
+        d = int(mp.floor(_mpf(sc["partial_rotary_factor"]) * d))  # HF: dim = int(head_dim * p)
     if kind in ("default", "mrope"):
         return _plain(d, base), one, extra
     if kind == "linear":
