@@ -6,9 +6,9 @@ Written from the papers' formulas, not from :mod:`posenc_np.relative`:
   the flat padded buffer (no reshaping), and its adjoint as an explicit sum.
 * Transformer-XL: ``S_ij = s [(q_i + u).k_j + (q_i + v).r_(p_i - p_j)]`` with
   ``r_t = W_r^T [sin(t w) | cos(t w)]``, ``w_c = base^(-2c/d_r)``, per pair (no shift trick).
-* DeBERTa: log buckets with mpmath ``log`` and ``ceil``; a value within 1e-40 of an integer is
-  decided exactly with rational arithmetic (``fractions.Fraction``), since a 60-digit ``log``
-  cannot tell ``4`` from ``4 - 1e-60``. Scores are per-pair dot products with the paper's
+* DeBERTa: log buckets with mpmath ``log`` and ``ceil``; a value within 1e-6 of an integer is
+  decided exactly with rational arithmetic (``fractions.Fraction``), since a finite-precision
+  ``log`` cannot tell ``4`` from ``4 - 1e-60``. Scores are per-pair dot products with the paper's
   ``delta(i, j)`` / ``delta(j, i)`` indices.
 
 Every function takes ``(params, inputs)`` and returns object arrays of ``mpmath.mpf`` (or
@@ -166,8 +166,9 @@ def _log_bucket(rel: int, bucket_size: int, max_position: int) -> int:
         return rel
     v = mp.log(mp.mpf(a) / mid) / mp.log(mp.mpf(max_position - 1) / mid) * (mid - 1)
     n = int(mp.nint(v))
-    if abs(v - n) < mp.mpf(10) ** -40:
-        # v == n exactly iff (a/mid)^(mid-1) == ((M-1)/mid)^n; otherwise the sign of the difference decides.
+    if abs(v - n) < mp.mpf(10) ** -6:
+        # Near an integer the log cannot be trusted to land on the right side (v == n exactly iff
+        # (a/mid)^(mid-1) == ((M-1)/mid)^n); decide ceil(v) in {n, n+1} with exact rationals.
         lhs, rhs = Fraction(a, mid) ** (mid - 1), Fraction(max_position - 1, mid) ** n
         ceil_v = n if lhs <= rhs else n + 1
     else:
