@@ -95,7 +95,8 @@ def test_relative_key_query_adds_the_key_term():
 @pytest.mark.parametrize("q_len", [5, 1])
 def test_hook_matches_hf_order_of_operations(causal, mode, q_len):
     rng = np.random.default_rng(2)
-    q, k, v = rng.standard_normal((2, 2, q_len, 4)), rng.standard_normal((2, 2, 5, 4)), rng.standard_normal((2, 2, 5, 3))
+    q, k = rng.standard_normal((2, 2, q_len, 4)), rng.standard_normal((2, 2, 5, 4))
+    v = rng.standard_normal((2, 2, 5, 3))
     layer = BertRelativeKey(6, 4, mode=mode, init_std=1.0, seed=3)
     out, _ = attention.forward(q, k, v, causal=causal, hooks=[layer])  # default scale 1/sqrt(d), as HF
     np.testing.assert_allclose(out, hf_style_attention(q, k, v, layer.params["weight"], 6, mode, causal),

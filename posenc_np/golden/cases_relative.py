@@ -165,7 +165,7 @@ def _shaw_cases() -> list[CaseSpec]:
         conventions=conventions(layout="probs (batch, heads, q_len, k_len); value table (2K+1, d_v) shared across "
                                        "heads", sign="key - query, clipped to [-K, K], index + K",
                                 scale_placement="n/a (added to the attention output)",
-                                semantics="Shaw et al. 2018 / tensor2tensor dot_product_attention_relative" + ALIGNMENT),
+                                semantics=conv["semantics"]),
         inputs={"probs": probs, "value_table": rng.standard_normal((2 * kmax + 1, dv)),
                 "dout": rng.standard_normal((1, heads, q_len, dv))},
         # sums of up to 2*3*6 products of terms below 3 in size: measured 4.4e-16 = 2 eps absolute;

@@ -172,10 +172,12 @@ class BertRelativeKey(Hook):
         return w
 
     def logits(self, q, k, scale):
+        """Hook: ``s (q_i . r_ij [+ k_j . r_ij])`` with the attention scale ``s``."""
         term = bert_relative_scores(q, k, self._weight(), mode=self.mode, scale=scale)
         return term.astype(q.dtype, copy=False), (q, k, scale)
 
     def logits_backward(self, dlogits, cache):
+        """Hook: returns ``(dq, dk)`` (``dk`` None for ``relative_key``) and writes ``grads["weight"]``."""
         q, k, scale = cache
         w = self._weight()
         dq, dk, dw = bert_relative_scores_backward(dlogits.astype(w.dtype, copy=False), q, k, w, mode=self.mode,

@@ -210,6 +210,7 @@ class ShawRelativeAttention(Hook):
 
     # -- attention hook ------------------------------------------------------------------
     def logits(self, q, k, scale):
+        """Hook: ``s * q_i . wK[idx_ij]`` for ``q`` ``(..., heads, q_len, head_dim)``."""
         table = self._table("key", self.head_dim)
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"q must have last axis head_dim={self.head_dim}, got shape {q.shape}")
@@ -217,6 +218,7 @@ class ShawRelativeAttention(Hook):
         return term, (q, scale)
 
     def logits_backward(self, dlogits, cache):
+        """Hook: returns ``(dq, None)`` and writes ``grads["key"]``."""
         q, scale = cache
         table = self._table("key", self.head_dim)
         dq, dtable = shaw_logits_backward(dlogits.astype(table.dtype, copy=False), q, table, scale=scale)
@@ -224,12 +226,14 @@ class ShawRelativeAttention(Hook):
         return dq.astype(q.dtype, copy=False), None
 
     def values(self, probs):
+        """Hook: ``sum_j p_ij wV[idx_ij]``, ``(..., heads, q_len, value_dim)`` (nothing without values)."""
         if not self.use_values:
             return None, None
         table = self._table("value", self.value_dim)
         return shaw_values(probs, table).astype(probs.dtype, copy=False), probs
 
     def values_backward(self, dout, cache):
+        """Hook: returns the extra ``dprobs`` and writes ``grads["value"]``."""
         if not self.use_values:
             return None
         probs = cache
