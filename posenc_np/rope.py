@@ -160,6 +160,10 @@ def _rotate_numpy(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: str) -> n
     return out
 
 
+#: Rotation implementations by backend name (what _resolve_backend returns).
+_ROTATE = {"numpy": _rotate_numpy}
+
+
 # --------------------------------------------------------------------------- cos/sin, apply, backward
 
 def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str = "half",
@@ -217,8 +221,8 @@ def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.nda
     ndarray, shape and dtype of ``x``
         Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
     """
-    x, c, s, layout, _ = _prepare(x, cos, sin, layout, backend, "x")
-    return _rotate_numpy(x, c, s, layout)
+    x, c, s, layout, backend = _prepare(x, cos, sin, layout, backend, "x")
+    return _ROTATE[backend](x, c, s, layout)
 
 
 def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
@@ -230,8 +234,8 @@ def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto")
     (also xPos-scaled or with an attention factor); it is the *inverse* of :func:`apply` only
     when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale).
     """
-    dy, c, s, layout, _ = _prepare(dy, cos, sin, layout, backend, "dy")
-    return _rotate_numpy(dy, c, -s, layout)
+    dy, c, s, layout, backend = _prepare(dy, cos, sin, layout, backend, "dy")
+    return _ROTATE[backend](dy, c, -s, layout)
 
 
 def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",
