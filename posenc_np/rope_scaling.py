@@ -242,8 +242,8 @@ def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
     divided if :math:`\lambda_i > L_0/l`, blended otherwise (boundaries blend, as in HF).
     LLaMA-3.1 (d=128, base 5e5, :math:`L_0` 8192, l=1, h=4): 29 kept, 6 blended, 29 divided.
     """
-    dim, base = _check_dim_base(dim, base)
-    params = _normalise(scaling)[1]
+    rope_type, params = _normalise(scaling)
+    dim, base = _resolve_dim_base(dim, base, params, rope_type)
     low, high, L0 = _llama3_params(params, None)
     wavelen = 2.0 * math.pi / sinusoidal_frequencies(dim, base=base)
     return np.where(wavelen < L0 / high, 0, np.where(wavelen > L0 / low, 2, 1)).astype(np.int64)
@@ -321,6 +321,29 @@ def _normalise(scaling) -> tuple[str, dict]:
     return rope_type, dict(scaling)
 
 
+def _resolve_dim_base(dim, base, params: dict, rope_type: str) -> tuple[int, float]:
+    """The rotary dim and base after the dict's ``rope_theta`` and ``partial_rotary_factor``."""
+    theta = params.get("rope_theta")
+    if theta is not None:
+        theta = check_real(theta, "scaling['rope_theta']", positive=True)
+        if base is not DEFAULT_BASE and float(base) != theta:
+            raise ValueError(f"base={base} disagrees with scaling['rope_theta']={theta}; pass one of them")
+        base = theta
+    prf = params.get("partial_rotary_factor")
+    if rope_type != "proportional" and prf is not None:
+        # HF's rule for every other type: rotary dim = int(head_dim * partial_rotary_factor)
+        prf = check_real(prf, "scaling['partial_rotary_factor']", positive=True)
+        if prf > 1.0:
+            raise ValueError(f"scaling['partial_rotary_factor'] must lie in (0, 1], got {prf}")
+        head_dim = check_int(dim, "dim", minimum=2)
+        dim = int(head_dim * prf)
+        if dim < 2 or dim % 2:
+            raise ValueError(f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {dim} "
+                             "must be even and >= 2")
+    dim, base = _check_dim_base(dim, float(base))
+    return dim, base
+
+
 def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None, seq_len: int | None = None,
              max_position_embeddings: int | None = None) -> tuple[np.ndarray, float]:
     r"""RoPE inverse frequencies and attention factor, for any Hugging Face ``rope_type``.
@@ -388,24 +411,7 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
     """
     rope_type, params = _normalise(scaling)
-    theta = params.get("rope_theta")
-    if theta is not None:
-        theta = check_real(theta, "scaling['rope_theta']", positive=True)
-        if base is not DEFAULT_BASE and float(base) != theta:
-            raise ValueError(f"base={base} disagrees with scaling['rope_theta']={theta}; pass one of them")
-        base = theta
-    prf = params.get("partial_rotary_factor")
-    if rope_type != "proportional" and prf is not None:
-        # HF's rule for every other type: rotary dim = int(head_dim * partial_rotary_factor)
-        prf = check_real(prf, "scaling['partial_rotary_factor']", positive=True)
-        if prf > 1.0:
-            raise ValueError(f"scaling['partial_rotary_factor'] must lie in (0, 1], got {prf}")
-        head_dim = check_int(dim, "dim", minimum=2)
-        dim = int(head_dim * prf)
-        if dim < 2 or dim % 2:
-            raise ValueError(f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {dim} "
-                             "must be even and >= 2")
-    dim, base = _check_dim_base(dim, float(base))
+    dim, base = _resolve_dim_base(dim, base, params, rope_type)
     if seq_len is not None:
         seq_len = check_int(seq_len, "seq_len", minimum=1)
     if max_position_embeddings is not None:
