@@ -279,3 +279,16 @@ def test_committed_suite_is_byte_identical_to_regeneration(tmp_path):
 def test_committed_suite_verifies_against_library():
     rows = runner.verify(SUITE)
     assert all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
+
+
+def test_zero_dimensional_arrays_round_trip_through_npz(tmp_path):
+    conv = {"layout": "n/a", "sign": "n/a", "scale_placement": "n/a", "semantics": "n/a"}
+    doc = fmt.build_document(name="scalar", encoding="e", description="", params={}, conventions=conv,
+                             inputs={"a": np.array(2)}, outputs={"b": np.array(0.1)},
+                             tolerance={"abs": 0.0, "rel": 0.0}, oracle={"name": "mpmath", "precision_digits": 60},
+                             library_version="0")
+    fmt.write_npz(doc, tmp_path / "scalar.npz")
+    fmt.write_json(doc, tmp_path / "scalar.json")
+    back = fmt.read_case_file(tmp_path / "scalar.npz")
+    assert back == fmt.read_case_file(tmp_path / "scalar.json")
+    assert back["outputs"]["b"] == {"dtype": "float64", "shape": [], "data": [0.1]}

@@ -208,7 +208,7 @@ def _reject_constant(name):
 
 def _npy_bytes(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.ascontiguousarray(arr), allow_pickle=False)
+    np.lib.format.write_array(buf, np.asarray(arr, order="C"), allow_pickle=False)  # keeps 0-d shape
     return buf.getvalue()
 
 
