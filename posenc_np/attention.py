@@ -130,6 +130,18 @@ def _check_broadcast(arr, name, target, dtype):
     return arr
 
 
+def _check_term(term, target, hook, method):
+    """A hook's term must broadcast to ``target`` without enlarging it."""
+    try:
+        ok = np.broadcast_shapes(np.shape(term), target) == target
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{type(hook).__name__}.{method} returned a term of shape {np.shape(term)}, which does "
+                         f"not broadcast to {target}")
+    return term
+
+
 def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, hooks=()):
     r"""Attention forward pass.
 
@@ -170,7 +182,7 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
         term, hc = hook.logits(q, k, scale)
         hook_caches.append([hc, None])
         if term is not None:
-            logits = logits + term
+            logits = logits + _check_term(term, target, hook, "logits")
     keep = np.ones(target, dtype=bool)
     if mask is not None:
         keep = keep & mask
@@ -181,7 +193,7 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
     for hook, hc in zip(hooks, hook_caches):
         term, hc[1] = hook.values(probs)
         if term is not None:
-            out = out + term
+            out = out + _check_term(term, out.shape, hook, "values")
     cache = {"q": q, "k": k, "v": v, "probs": probs, "scale": scale, "bias_shape": None if bias is None else bias.shape,
              "hooks": tuple(hooks), "hook_caches": hook_caches}
     return out, cache

@@ -188,3 +188,19 @@ def test_split_heads_bad_input():
         A.split_heads(np.zeros((3, 6)), 4)
     with pytest.raises(ValueError, match="num_heads must be an integer >= 1"):
         A.split_heads(np.zeros((3, 6)), 0)
+
+
+def test_hook_terms_of_the_wrong_shape_are_rejected():
+    class Wide(A.Hook):
+        def values(self, probs):
+            return np.zeros(probs.shape[:-1] + (3,)), None
+
+    class Big(A.Hook):
+        def logits(self, q, k, scale):
+            return np.zeros((2,) + q.shape[:-1] + (k.shape[-2],)), None
+
+    q, k, v = rand(2, 3, 4, seed=1), rand(2, 5, 4, seed=2), rand(2, 5, 1, seed=3)
+    with pytest.raises(ValueError, match=r"Wide.values returned a term of shape \(2, 3, 3\)"):
+        A.forward(q, k, v, hooks=[Wide()])
+    with pytest.raises(ValueError, match="Big.logits returned"):
+        A.forward(q, k, v, hooks=[Big()])
