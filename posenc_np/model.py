@@ -187,6 +187,8 @@ class PositionEncoding:
     absolute = False
     #: None when step-by-step decoding with a KV cache is defined, else the reason it is not.
     kv_cache_unsupported: str | None = None
+    #: True when the encoding is only defined for a causal decoder.
+    decoder_only = False
 
     def __init__(self, cfg: ModelConfig, rng: np.random.Generator):
         self.cfg = cfg
@@ -434,14 +436,28 @@ class ALiBi(PositionEncoding):
 
 
 class _RelativeHook(PositionEncoding):
-    """Logits-level encodings given as a :class:`posenc_np.attention.Hook`, one per layer."""
+    """Logits-level encodings given as a :class:`posenc_np.attention.Hook`, one per layer.
+
+    Every hook here places query ``i`` at position ``i + k_len - q_len`` (bottom-right, like
+    the causal mask), so the same hook serves a full forward and cached decoding."""
 
     level = "logits"
 
     def __init__(self, cfg, rng):
         super().__init__(cfg, rng)
-        self.hooks = [self.make_hook(rng) for _ in range(cfg.n_layers)]
+        from . import relative  # noqa: PLC0415
+
+        self._relative = relative
+        self.configure()
         self._done()
+        self.hooks = [self.make_hook(rng) for _ in range(cfg.n_layers)]
+        for hook in self.hooks:  # hooks initialise in float64; train in the model's dtype
+            for key in hook.params:
+                hook.params[key] = np.asarray(hook.params[key], dtype=self.dtype)
+                hook.grads[key] = np.zeros_like(hook.params[key])
+
+    def configure(self):
+        pass
 
     def make_hook(self, rng):
         raise NotImplementedError
@@ -456,6 +472,82 @@ class _RelativeHook(PositionEncoding):
         return attn.forward(q, k, v, causal=causal, scale=self.scale(), hooks=(self.hooks[layer],))
 
 
+class T5Bias(_RelativeHook):
+    """``t5``: learned bucketed bias :class:`~posenc_np.relative.T5RelativeBias` (Raffel et al. 2020).
+
+    Options ``num_buckets`` (32), ``max_distance`` (128); bidirectional buckets for the
+    encoder, unidirectional for the decoder (as T5's ``is_decoder``). The bias is added to
+    logits scaled by ``1/sqrt(d)`` (T5 itself folds the scale into its initialisation)."""
+
+    name = "t5"
+
+    def configure(self):
+        self.num_buckets = self._pop("num_buckets", 32)
+        self.max_distance = self._pop("max_distance", 128)
+
+    def make_hook(self, rng):
+        return self._relative.T5RelativeBias(self.cfg.n_heads, num_buckets=self.num_buckets,
+                                             max_distance=self.max_distance, bidirectional=not self.cfg.causal,
+                                             seed=rng, init_std=self.cfg.init_std)
+
+
+class Shaw(_RelativeHook):
+    """``shaw``: relative keys and values clipped at ``max_relative_position`` (option, default 16;
+    Shaw et al. 2018), :class:`~posenc_np.relative.ShawRelativeAttention`; option ``use_values`` (True)."""
+
+    name = "shaw"
+
+    def configure(self):
+        self.max_rel = self._pop("max_relative_position", 16)
+        self.use_values = self._pop("use_values", True)
+
+    def make_hook(self, rng):
+        return self._relative.ShawRelativeAttention(self.cfg.head_dim, self.max_rel, use_values=self.use_values,
+                                                    seed=rng, init_std=self.cfg.init_std)
+
+
+class TransformerXL(_RelativeHook):
+    """``transformer_xl``: :class:`~posenc_np.relative.TransformerXLRelative` (Dai et al. 2019),
+    sinusoid width ``d_model`` (option ``d_r``), per-layer ``u``, ``v``, ``W_r``. Decoder only:
+    ``rel_shift`` leaves unrelated values above the diagonal that only a causal mask hides."""
+
+    name = "transformer_xl"
+    decoder_only = True
+
+    def configure(self):
+        self.d_r = self._pop("d_r", self.cfg.d_model)
+        if not self.cfg.causal:
+            raise ValueError("transformer_xl needs causal=True: its rel_shift fills future-key logits with values "
+                             "of the next query row, which only the causal mask hides")
+
+    def make_hook(self, rng):
+        return self._relative.TransformerXLRelative(self.cfg.n_heads, self.cfg.head_dim, self.d_r, seed=rng,
+                                                    init_std=self.cfg.init_std)
+
+
+class DeBERTa(_RelativeHook):
+    """``deberta``: disentangled c2p + p2c (He et al. 2021), :class:`~posenc_np.relative.DebertaDisentangled`
+    with the paper's p2c index, logits scaled by ``1/sqrt(d (1 + 2))``. Options
+    ``max_relative_positions`` (default ``max_len``, as HF falls back to
+    ``max_position_embeddings``), ``position_buckets`` (-1: none), ``pos_att_type`` ("c2p|p2c")."""
+
+    name = "deberta"
+
+    def configure(self):
+        self.max_rel = self._pop("max_relative_positions", self.cfg.max_len)
+        self.buckets = self._pop("position_buckets", -1)
+        self.att_type = self._pop("pos_att_type", "c2p|p2c")
+        self._scale = self._relative.deberta_scale(self.cfg.head_dim, self.att_type)
+
+    def scale(self):
+        return self._scale
+
+    def make_hook(self, rng):
+        return self._relative.DebertaDisentangled(self.cfg.n_heads, self.cfg.head_dim, position_buckets=self.buckets,
+                                                  max_relative_positions=self.max_rel, pos_att_type=self.att_type,
+                                                  seed=rng, init_std=self.cfg.init_std)
+
+
 def position_encodings() -> dict:
     """The registry (name -> adapter class); see the module docstring."""
     return REGISTRY
@@ -468,6 +560,10 @@ REGISTRY: dict[str, type[PositionEncoding]] = {
     "rope": Rotary,
     "xpos": XPos,
     "alibi": ALiBi,
+    "t5": T5Bias,
+    "shaw": Shaw,
+    "transformer_xl": TransformerXL,
+    "deberta": DeBERTa,
 }
 
 
