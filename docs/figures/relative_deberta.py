@@ -1,4 +1,4 @@
-"""Figure for docs/relative_xl_deberta.md: DeBERTa-v2 log buckets versus relative distance.
+"""Figure for docs/relative.md: DeBERTa-v2 log buckets versus relative distance.
 
 Run from the repository root: ``python docs/figures/relative_deberta.py`` (needs matplotlib).
 """
