@@ -1,0 +1,339 @@
+r"""Length-extrapolation study: train one small transformer per position encoding on synthetic
+tasks at length :math:`L` and evaluate it at :math:`L`, :math:`2L` and :math:`4L`.
+
+Run it with ``posenc-np study extrapolation --out DIR [--quick] [--seed N] [--no-progress]``.
+
+Tasks (alphabet of ``A`` symbols ``2 .. A+1``; token 0 = BOS, 1 = SEP; a task of *size*
+:math:`n` is a sequence of :math:`2n + 1` input tokens):
+
+``copy``
+    ``BOS x1..xn SEP x1..xn``: after SEP the model must reproduce the :math:`n` symbols
+    (scored: the :math:`n` answer tokens).
+``reverse``
+    ``BOS x1..xn SEP xn..x1`` (scored: the :math:`n` answer tokens).
+``lag``
+    a local pattern where only *relative* position matters: ``BOS x1..x2n`` and at every
+    position :math:`i > k` the target is the symbol :math:`k = 3` positions back,
+    :math:`x_{i-k}` (scored: every such position).
+
+The training length :math:`L` is the task size :math:`n`; evaluation uses sizes
+:math:`L, 2L, 4L` on fixed held-out sets that are the same for every encoding. Metrics
+(teacher forced): token accuracy over scored positions and exact match (every scored token
+of a sequence right; under teacher forcing this equals greedy decoding reproducing the whole
+answer). ``learned`` has a table of exactly the training sequence length: past it the
+library raises (a learned table cannot extrapolate) and the record says ``"status": "n/a"``
+with the reason instead of inventing positions (no clamping).
+
+Outputs in ``DIR``: ``results.json`` (metadata and one record per encoding, fusion, task,
+train length and eval length, with metrics and seed), ``results.md`` (Markdown tables) and
+``results.png`` (a plot, when matplotlib is installed).
+
+Runs are independent and seeded (seed derived from the base seed, encoding, fusion and
+task by CRC32, recorded per record), so the results do not depend on scheduling; the full
+grid runs in worker processes (two by default), each with single-threaded BLAS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ._checks import check_int
+from ._version import __version__
+from .model import REGISTRY, ModelConfig, Transformer
+from .train import Progress, evaluate, train
+
+__all__ = ["CopyTask", "LagTask", "ReverseTask", "StudyConfig", "TASKS", "grid", "run_extrapolation",
+           "run_extrapolation_cli", "write_markdown", "write_plot"]
+
+BOS, SEP, FIRST_SYMBOL = 0, 1, 2
+IGNORE = -100
+
+
+# --------------------------------------------------------------------------- tasks
+
+@dataclass
+class _Task:
+    """A synthetic task of size ``n`` over ``alphabet`` symbols; ``sample`` draws a batch."""
+
+    n: int
+    alphabet: int = 16
+
+    name = "task"
+
+    @property
+    def vocab_size(self) -> int:
+        return FIRST_SYMBOL + self.alphabet
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.n + 1
+
+    def _symbols(self, rng, batch, length):
+        return rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + self.alphabet, size=(batch, length))
+
+    def sample(self, rng: np.random.Generator, batch_size: int):
+        raise NotImplementedError
+
+
+def _seq2seq(prefix_and_answer: np.ndarray, n: int):
+    """``BOS x SEP y`` (length 2n+2) to next-token ``(tokens, targets)``, scoring only ``y``."""
+    tokens, targets = prefix_and_answer[:, :-1], prefix_and_answer[:, 1:].copy()
+    targets[:, : n + 1] = IGNORE  # positions 0..n predict x2..xn, SEP: not scored
+    return tokens, targets
+
+
+class CopyTask(_Task):
+    name = "copy"
+
+    def sample(self, rng, batch_size):
+        x = self._symbols(rng, batch_size, self.n)
+        col = np.full((batch_size, 1), BOS), np.full((batch_size, 1), SEP)
+        return _seq2seq(np.concatenate([col[0], x, col[1], x], axis=1), self.n)
+
+
+class ReverseTask(_Task):
+    name = "reverse"
+
+    def sample(self, rng, batch_size):
+        x = self._symbols(rng, batch_size, self.n)
+        col = np.full((batch_size, 1), BOS), np.full((batch_size, 1), SEP)
+        return _seq2seq(np.concatenate([col[0], x, col[1], x[:, ::-1]], axis=1), self.n)
+
+
+@dataclass
+class LagTask(_Task):
+    lag: int = 3
+    name = "lag"
+
+    def sample(self, rng, batch_size):
+        tokens = np.concatenate([np.full((batch_size, 1), BOS), self._symbols(rng, batch_size, 2 * self.n)], axis=1)
+        targets = np.full_like(tokens, IGNORE)
+        targets[:, self.lag + 1:] = tokens[:, 1:-self.lag]  # position i predicts x_{i-lag}, i - lag >= 1
+        return tokens, targets
+
+
+TASKS = {"copy": CopyTask, "reverse": ReverseTask, "lag": LagTask}
+
+
+# --------------------------------------------------------------------------- grid
+
+@dataclass
+class StudyConfig:
+    """Everything that defines a study run (stored in ``results.json``)."""
+
+    encodings: list = field(default_factory=lambda: list(REGISTRY))
+    fusions: tuple = ("add", "concat", "multiply")
+    tasks: list = field(default_factory=lambda: ["copy", "reverse", "lag"])
+    train_len: int = 16
+    eval_factors: tuple = (1, 2, 4)
+    alphabet: int = 16
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup: int = 100
+    min_lr: float = 1e-4
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    eval_sequences: int = 256
+    seed: int = 0
+    jobs: int = 2
+
+
+def quick_config(seed: int = 0) -> StudyConfig:
+    """The reduced grid of ``--quick``: every encoding and fusion, tiny model, a few steps."""
+    return StudyConfig(train_len=4, alphabet=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, steps=25,
+                       batch_size=8, lr=3e-3, warmup=5, eval_sequences=16, seed=seed, jobs=1)
+
+
+def grid(cfg: StudyConfig) -> list[dict]:
+    """The runs of a study: one per (encoding, fusion, task), with its derived seed."""
+    runs = []
+    for enc in cfg.encodings:
+        fusions = cfg.fusions if REGISTRY[enc].absolute else (None,)
+        for fusion in fusions:
+            for task in cfg.tasks:
+                label = enc if fusion is None else f"{enc}+{fusion}"
+                seed = zlib.crc32(f"{cfg.seed}/{label}/{task}".encode()) & 0x7FFFFFFF
+                runs.append({"encoding": enc, "fusion": fusion, "label": label, "task": task, "seed": seed})
+    return runs
+
+
+def _eval_seed(cfg: StudyConfig, task: str, n: int) -> int:
+    return zlib.crc32(f"{cfg.seed}/eval/{task}/{n}".encode()) & 0x7FFFFFFF
+
+
+def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
+    """Train one model and evaluate it at every eval length (runs in a worker process)."""
+    from threadpoolctl import threadpool_limits
+
+    cfg = StudyConfig(**cfg_dict)
+    with threadpool_limits(1):
+        task_cls = TASKS[run["task"]]
+        train_task = task_cls(cfg.train_len, cfg.alphabet)
+        mcfg = ModelConfig(vocab_size=train_task.vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
+                           n_layers=cfg.n_layers, d_ff=cfg.d_ff, max_len=train_task.seq_len, causal=True, tied=True,
+                           position=run["encoding"], fusion=run["fusion"] or "add", seed=run["seed"] % (2**31))
+        model = Transformer(mcfg)
+        t0 = time.perf_counter()
+        hist = train(model, train_task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
+                     min_lr=cfg.min_lr, weight_decay=cfg.weight_decay, clip=cfg.clip, seed=run["seed"], progress=False)
+        train_seconds = time.perf_counter() - t0
+        final_loss = float(np.mean([h["loss"] for h in hist[-min(50, len(hist)):]])) if hist else float("nan")
+        records = []
+        for factor in cfg.eval_factors:
+            n = cfg.train_len * factor
+            task = task_cls(n, cfg.alphabet)
+            tokens, targets = task.sample(np.random.default_rng(_eval_seed(cfg, run["task"], n)), cfg.eval_sequences)
+            rec = {**{k: run[k] for k in ("encoding", "fusion", "label", "task", "seed")},
+                   "train_len": cfg.train_len, "eval_len": n, "eval_factor": factor,
+                   "train_seq_len": train_task.seq_len, "eval_seq_len": task.seq_len,
+                   "train_steps": cfg.steps, "final_train_loss": final_loss, "train_seconds": train_seconds}
+            if run["encoding"] == "learned" and task.seq_len > mcfg.max_len:
+                rec.update(status="n/a", token_accuracy=None, exact_match=None, loss=None,
+                           note=f"positions {mcfg.max_len}..{task.seq_len - 1} are past the learned table of "
+                                f"{mcfg.max_len} rows (a learned table cannot extrapolate; not clamped)")
+            else:
+                m = evaluate(model, tokens, targets, batch_size=64)
+                rec.update(status="ok", token_accuracy=m["token_accuracy"], exact_match=m["exact_match"],
+                           loss=m["loss"], n_sequences=m["n_sequences"], note="")
+            records.append(rec)
+    return records
+
+
+# --------------------------------------------------------------------------- outputs
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def write_markdown(results: dict, path) -> str:
+    """Markdown tables (token accuracy / exact match per task and eval length); returns the text."""
+    meta, records = results["meta"], results["records"]
+    factors = meta["config"]["eval_factors"]
+    L = meta["config"]["train_len"]
+    lines = [f"Trained at size L = {L} ({2 * L + 1} tokens), evaluated at "
+             + ", ".join(f"{f}L" for f in factors) + ". Cells: token accuracy / exact match "
+             "(teacher forced); n/a = past the learned table.", ""]
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    for task in dict.fromkeys(r["task"] for r in records):
+        lines += [f"### {task}", "", "| encoding | " + " | ".join(f"{f}L" for f in factors) + " | train loss |",
+                  "|---|" + "---|" * (len(factors) + 1)]
+        for label in labels:
+            rs = {r["eval_factor"]: r for r in records if r["label"] == label and r["task"] == task}
+            if not rs:
+                continue
+            cells = [f"{_fmt(rs[f]['token_accuracy'])} / {_fmt(rs[f]['exact_match'])}" if f in rs else "" for f in factors]
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {next(iter(rs.values()))['final_train_loss']:.3f} |")
+        lines.append("")
+    text = "\n".join(lines)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    return text
+
+
+def write_plot(results: dict, path) -> bool:
+    """Token accuracy vs eval length, one panel per task (matplotlib optional: False if absent)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    records = results["records"]
+    tasks = list(dict.fromkeys(r["task"] for r in records))
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 4.2), sharey=True, squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    for ax, task in zip(axes[0], tasks):
+        for i, label in enumerate(labels):
+            rs = sorted((r for r in records if r["label"] == label and r["task"] == task), key=lambda r: r["eval_len"])
+            xs = [r["eval_len"] for r in rs if r["token_accuracy"] is not None]
+            ys = [r["token_accuracy"] for r in rs if r["token_accuracy"] is not None]
+            ax.plot(xs, ys, marker="o", color=cmap(i % 20), label=label, linestyle="-" if i < 10 else "--")
+        ax.set_xscale("log", base=2)
+        xt = sorted({r["eval_len"] for r in records})
+        ax.set_xticks(xt, [str(x) for x in xt])
+        ax.axvline(results["meta"]["config"]["train_len"], color="grey", lw=0.8, ls=":")
+        ax.set_title(task)
+        ax.set_xlabel("task size n (train L at the dotted line)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("token accuracy (teacher forced)")
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# --------------------------------------------------------------------------- driver
+
+def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = True, log=None) -> dict:
+    """Run the study described by ``cfg`` and write ``results.json``, ``results.md``, ``results.png``
+    into ``out``. Returns the results dict."""
+    cfg = cfg or StudyConfig()
+    os.makedirs(out, exist_ok=True)
+    runs = grid(cfg)
+    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say = log if progress else (lambda msg: None)
+    say(f"study: {len(runs)} runs ({len({r['label'] for r in runs})} encodings x {len(cfg.tasks)} tasks), "
+        f"L={cfg.train_len}, {cfg.steps} steps each, {cfg.jobs} worker(s)")
+    t0 = time.perf_counter()
+    results_by_run = [None] * len(runs)
+    cfg_dict = asdict(cfg)
+    bar = Progress(len(runs), desc="study", enabled=progress, use_tqdm=False)
+
+    def done(i, recs):
+        results_by_run[i] = recs
+        accs = " ".join(f"{r['eval_factor']}L={_fmt(r['token_accuracy'])}" for r in recs)
+        bar.update(1, run=f"{runs[i]['label']}/{runs[i]['task']}", loss=round(recs[0]["final_train_loss"], 4),
+                   acc=accs, secs=round(recs[0]["train_seconds"], 1))
+
+    if cfg.jobs <= 1:
+        for i, run in enumerate(runs):
+            done(i, _run_one(cfg_dict, run))
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(max_workers=cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(_run_one, cfg_dict, run): i for i, run in enumerate(runs)}
+            for fut in as_completed(futures):
+                done(futures[fut], fut.result())
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    records = [r for recs in results_by_run for r in recs]
+    results = {"meta": {"tool": "posenc-np study extrapolation", "version": __version__, "config": cfg_dict,
+                        "elapsed_seconds": elapsed, "python": platform.python_version(), "numpy": np.__version__,
+                        "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                        "tasks": {t: TASKS[t].__doc__ or t for t in cfg.tasks}},
+               "records": records}
+    with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1, sort_keys=True)
+        fh.write("\n")
+    write_markdown(results, os.path.join(out, "results.md"))
+    plotted = write_plot(results, os.path.join(out, "results.png"))
+    say(f"study: done in {elapsed:.1f} s; wrote results.json, results.md"
+        + (", results.png" if plotted else " (matplotlib not installed: no plot)") + f" to {out}")
+    return results
+
+
+def run_extrapolation_cli(args) -> int:
+    """Entry point of ``posenc-np study extrapolation`` (``args.out``, ``quick``, ``seed``, ``no_progress``)."""
+    seed = check_int(args.seed, "--seed", minimum=0)
+    cfg = quick_config(seed) if args.quick else StudyConfig(seed=seed)
+    run_extrapolation(args.out, cfg, progress=not args.no_progress)
+    return 0
