@@ -92,7 +92,8 @@ def _prepare(arrays, names):
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"{'/'.join(names)} must be float32 or float64 arrays, got dtypes "
                         f"{', '.join(str(a.dtype) for a in arrays)} (common {dtype})")
-    return dtype, [np.ascontiguousarray(a.reshape((-1,) + a.shape[-2:]), dtype=dtype) for a in arrays]
+    return dtype, [np.ascontiguousarray(a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:]), dtype=dtype)
+                   for a in arrays]
 
 
 def _check_inputs(q, k, v, slopes, causal, scale, q_offset):
@@ -203,7 +204,7 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
         raise ValueError(f"lse must have shape {q.shape[:-1]}, got {lse.shape}")
     q_len, k_len = q.shape[-2], k.shape[-2]
     dtype, (q3, k3, v3, do3, o3) = _prepare((q, k, v, dout, out), ("q", "k", "v", "dout", "out"))
-    lse2 = np.ascontiguousarray(lse.reshape(-1, q_len), dtype=dtype)
+    lse2 = np.ascontiguousarray(lse.reshape(q3.shape[:2]), dtype=dtype)
     n_items = q3.shape[0]
     dq = np.zeros(q3.shape, dtype=dtype)
     dk = np.zeros(k3.shape, dtype=dtype)
@@ -347,6 +348,7 @@ def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
     d_v = v.shape[2]
     ft = q.dtype.type
     zero = ft(0)
+    nan = ninf - ninf
     n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
     for item in prange(n_items * n_qt):
         n = item // n_qt
@@ -376,18 +378,23 @@ def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
                 srow = s[a]
                 base = pos - j0
                 mx = row_max[a]
+                nan_seen = False
                 if causal:
                     for b in range(kept):
                         x = srow[b] * scale + m * ft(base - b)
                         srow[b] = x
                         mx = x if x > mx else mx
+                        nan_seen |= x != x
                 else:
                     for b in range(bk):
                         x = srow[b] * scale + m * ft(abs(base - b))
                         srow[b] = x
                         mx = x if x > mx else mx
+                        nan_seen |= x != x
+                if nan_seen:  # a NaN logit makes the whole row NaN, as in the reference
+                    mx = nan
                 alpha[a] = 1
-                if mx == ninf:  # nothing kept so far: P row is 0, running state unchanged
+                if mx == ninf:  # nothing kept (or only -inf logits): P row is 0, state unchanged
                     srow[:] = 0
                     continue
                 alpha[a] = _exp(row_max[a] - mx)
@@ -411,7 +418,9 @@ def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
             inv = ft(1) / l
             for c in range(d_v):
                 out[n, i0 + a, c] = acc[a, c] * inv
-            lse[n, i0 + a] = row_max[a] + math.log(l)
+            # A +inf logit (and no NaN): the row is NaN, and lse = +inf makes the backward's
+            # P = exp(S - lse) NaN at the +inf logits and 0 elsewhere, like the reference's P.
+            lse[n, i0 + a] = row_max[a] if row_max[a] == -ninf else row_max[a] + math.log(l)
 
 
 @njit_kernel()

@@ -1,0 +1,411 @@
+"""Fused ALiBi attention kernel (posenc_np.kernels.alibi) against the NumPy references.
+
+References: ``posenc_np.attention.forward/backward`` with an ALiBi bias built here from the
+formula (slopes ``2^(-8h/n)``), and ``posenc_np.alibi.attention(..., backend="numpy")``.
+
+Tolerances. float64: ``atol = rtol = 1e-12`` (measured worst ~6e-15 on these cases; the
+kernel's exponential is a polynomial accurate to ~1 ulp, and the sums run in another order).
+float32 (computed and accumulated in float32): errors are normalised by
+``max(1, max |reference|)`` per output. The fused error must stay below ``F32_ATOL`` = 2e-6
+and below ``F32_RATIO`` = 4 times the error of the NumPy reference evaluated in float32 plus
+1e-6. Measured (H=8, d=64, T up to 1024): fused <= 7.5e-7, NumPy float32 <= 1.6e-6; the
+worst fused case is T=1 where dQ, dK are exactly 0 and FlashAttention-2's
+``D = rowsum(dO * O)`` cancels against ``dP`` only to float32 rounding.
+
+Every kernel is compiled once per dtype (and cached on disk); shapes do not recompile.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import tracemalloc
+import warnings
+
+import numpy as np
+import pytest
+
+from posenc_np import alibi, attention
+from posenc_np.kernels import alibi as kalibi
+from posenc_np.testing import gradcheck
+
+F64_TOL = 1e-12
+F32_RATIO = 4.0
+F32_ATOL = 2e-6
+
+
+def paper_slopes(n):
+    """``2^(-8h/n)``, h = 1..n (power-of-two n)."""
+    return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)
+
+
+def reference(q, k, v, m, causal, dout, scale=None):
+    """NumPy attention core with the ALiBi bias written from the formula (bottom-right)."""
+    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    qpos = np.arange(q_len)[:, None] + (k_len - q_len)
+    dist = qpos - np.arange(k_len)[None, :]  # q - k
+    m = np.asarray(m, dtype=np.float64)[:, None, None]
+    b = -m * dist if causal else -m * np.abs(dist)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out, cache = attention.forward(q, k, v, bias=b.astype(q.dtype), causal=causal, scale=scale)
+    g = attention.backward(dout, cache)
+    return out, g["q"], g["k"], g["v"]
+
+
+def fused(q, k, v, m, causal, dout, scale=None):
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=scale)
+    dq, dk, dv = kalibi.alibi_attention_backward(dout, q, k, v, out, lse, m, causal=causal, scale=scale)
+    return out, dq, dk, dv
+
+
+def make(rng, lead, heads, q_len, k_len, d, d_v=None, dtype=np.float64):
+    d_v = d if d_v is None else d_v
+    shapes = [lead + (heads, q_len, d), lead + (heads, k_len, d), lead + (heads, k_len, d_v),
+              lead + (heads, q_len, d_v)]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def assert_f64_close(got, want):
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        assert g.shape == w.shape and g.dtype == np.float64, name
+        np.testing.assert_allclose(g, w, rtol=F64_TOL, atol=F64_TOL, err_msg=name)
+
+
+# --------------------------------------------------------------------------- float64, exact shapes
+
+LENGTHS = [(1, 1), (7, 7), (33, 33), (130, 130), (7, 33), (33, 7), (1, 130), (130, 1), (65, 200), (200, 65)]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+@pytest.mark.parametrize("q_len,k_len", LENGTHS)
+def test_float64_matches_reference(q_len, k_len, causal):
+    rng = np.random.default_rng(q_len * 1000 + k_len)
+    q, k, v, do = make(rng, (2,), 4, q_len, k_len, 16, d_v=12)
+    m = paper_slopes(4)
+    got = fused(q, k, v, m, causal, do)
+    assert_f64_close(got, reference(q, k, v, m, causal, do))
+    if causal and q_len > k_len:  # the first q_len - k_len queries see no key at all
+        out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.25)
+        dead = q_len - k_len
+        assert np.all(out[..., :dead, :] == 0) and np.all(lse[..., :dead] == -np.inf)
+        assert np.all(np.isfinite(lse[..., dead:]))
+        assert np.all(got[1][..., :dead, :] == 0)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+def test_matches_alibi_numpy_backend(causal):
+    rng = np.random.default_rng(5)
+    q, k, v, do = make(rng, (), 12, 70, 90, 8)
+    m = alibi.slopes(12)  # non-power-of-two head count: the paper's interleaved rule
+    out_ref, cache = alibi.attention(q, k, v, causal=causal, backend="numpy")
+    g_ref = alibi.attention_backward(do, cache)
+    got = fused(q, k, v, m, causal, do)
+    assert_f64_close(got, (out_ref, g_ref["q"], g_ref["k"], g_ref["v"]))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+def test_layouts_leading_axes_and_explicit_slopes(causal):
+    rng = np.random.default_rng(11)
+    # several leading axes, one head, explicit non-paper slopes (including 0 = no bias)
+    for lead, heads, m in [((2, 3), 1, np.array([0.3])), ((), 5, np.array([0.0, 0.01, 1.5, 0.25, 0.7])),
+                           ((3,), 3, np.array([1.0, 0.5, 0.0]))]:
+        q, k, v, do = make(rng, lead, heads, 37, 45, 8, d_v=5)
+        assert_f64_close(fused(q, k, v, m, causal, do), reference(q, k, v, m, causal, do))
+    # explicit scale
+    q, k, v, do = make(rng, (), 2, 20, 20, 4)
+    m = paper_slopes(2)
+    assert_f64_close(fused(q, k, v, m, causal, do, scale=0.9), reference(q, k, v, m, causal, do, scale=0.9))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+def test_non_contiguous_strided_and_offset_inputs(causal):
+    rng = np.random.default_rng(12)
+    batch, t, heads, d = 2, 41, 4, 8
+    # (batch, T, heads, d) projections viewed as (batch, heads, T, d): transposed strides
+    qt, kt, vt, dot = (rng.standard_normal((batch, t, heads, d)) for _ in range(4))
+    q, k, v, do = (x.swapaxes(1, 2) for x in (qt, kt, vt, dot))
+    # a strided view (every other key) and an offset view (skipping the first query)
+    big = rng.standard_normal((batch, heads, 2 * t, d))
+    k2 = big[:, :, ::2, :]
+    q3 = rng.standard_normal((batch, heads, t + 1, d))[:, :, 1:, :]
+    m = paper_slopes(heads)
+    for args in [(q, k, v, do), (q, k2, v, do), (q3, k2, v, do), (q3[..., ::-1, :], k, v[..., ::-1], do)]:
+        assert not all(a.flags.c_contiguous for a in args)
+        want = reference(*(np.ascontiguousarray(a) for a in args[:3]), m, causal, np.ascontiguousarray(args[3]))
+        assert_f64_close(fused(*args[:3], m, causal, args[3]), want)
+
+
+# --------------------------------------------------------------------------- float32
+
+def _max_err(got, want):
+    return max(float(np.max(np.abs(g.astype(np.float64) - w))) / max(1.0, float(np.max(np.abs(w))))
+               for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+@pytest.mark.parametrize("q_len,k_len", [(1, 1), (33, 33), (130, 130), (257, 300), (300, 257)])
+def test_float32_error_bound(q_len, k_len, causal):
+    rng = np.random.default_rng(q_len + 7 * k_len)
+    q, k, v, do = make(rng, (), 8, q_len, k_len, 64)
+    m = paper_slopes(8)
+    want = reference(q, k, v, m, causal, do)
+    f32 = [x.astype(np.float32) for x in (q, k, v, do)]
+    got = fused(*f32[:3], m, causal, f32[3])
+    assert all(g.dtype == np.float32 for g in got)
+    numpy32 = reference(*f32[:3], m, causal, f32[3])
+    err, err_np = _max_err(got, want), _max_err(numpy32, want)
+    assert err <= F32_RATIO * err_np + 1e-6, (err, err_np)
+    assert err <= F32_ATOL, err
+
+
+def test_float32_matches_alibi_numpy_backend():
+    rng = np.random.default_rng(3)
+    q, k, v, do = (x.astype(np.float32) for x in make(rng, (2,), 4, 100, 100, 32))
+    out_ref, cache = alibi.attention(q, k, v, causal=True, backend="numpy")
+    g_ref = alibi.attention_backward(do, cache)
+    got = fused(q, k, v, alibi.slopes(4), True, do)
+    for g, w in zip(got, (out_ref, g_ref["q"], g_ref["k"], g_ref["v"])):
+        np.testing.assert_allclose(g, w, rtol=0, atol=F32_ATOL * max(1.0, float(np.abs(w).max())))
+
+
+def test_mixed_dtypes_promote_and_bad_dtypes_raise():
+    rng = np.random.default_rng(4)
+    q, k, v, _ = make(rng, (), 2, 5, 5, 4)
+    out, lse = kalibi.alibi_attention_forward(q.astype(np.float32), k, v, paper_slopes(2), causal=True, scale=0.5)
+    assert out.dtype == np.float64 and lse.dtype == np.float64
+    with pytest.raises(TypeError, match="float32 or float64"):
+        kalibi.alibi_attention_forward(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16),
+                                       paper_slopes(2), causal=True, scale=0.5)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        kalibi.alibi_attention_forward(q.astype(int), k.astype(int), v.astype(int), paper_slopes(2),
+                                       causal=True, scale=0.5)
+
+
+def test_argument_errors_name_the_argument():
+    rng = np.random.default_rng(4)
+    q, k, v, do = make(rng, (), 2, 5, 6, 4)
+    m = paper_slopes(2)
+    with pytest.raises(ValueError, match="q, k, v"):
+        kalibi.alibi_attention_forward(q, k[..., :3], v, m, causal=True, scale=0.5)
+    with pytest.raises(ValueError, match="slopes"):
+        kalibi.alibi_attention_forward(q, k, v, paper_slopes(3), causal=True, scale=0.5)
+    with pytest.raises(TypeError, match="causal"):
+        kalibi.alibi_attention_forward(q, k, v, m, causal="yes", scale=0.5)
+    with pytest.raises(TypeError, match="q_offset"):
+        kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.5, q_offset=1.5)
+    out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.5)
+    with pytest.raises(ValueError, match="lse"):
+        kalibi.alibi_attention_backward(do, q, k, v, out, lse[..., :2], m, causal=True, scale=0.5)
+    with pytest.raises(ValueError, match="dout"):
+        kalibi.alibi_attention_backward(do[..., :2, :], q, k, v, out, lse, m, causal=True, scale=0.5)
+
+
+def test_q_offset_places_queries():
+    # queries at positions 3..7 of a 12-key sequence (causal keeps keys <= position)
+    rng = np.random.default_rng(8)
+    q, k, v, _ = make(rng, (), 2, 5, 12, 4)
+    m = paper_slopes(2)
+    out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.5, q_offset=3)
+    b = alibi.bias(2, 5, 12, form="causal", slopes=m, q_offset=3)
+    keep = np.arange(12)[None, :] <= np.arange(5)[:, None] + 3
+    want, _ = attention.forward(q, k, v, bias=b, mask=keep, scale=0.5)
+    np.testing.assert_allclose(out, want, rtol=F64_TOL, atol=F64_TOL)
+
+
+def test_empty_inputs():
+    m = paper_slopes(2)
+    q = np.zeros((2, 0, 4))
+    k = np.zeros((2, 3, 4))
+    out, lse = kalibi.alibi_attention_forward(q, k, k, m, causal=True, scale=0.5)
+    assert out.shape == (2, 0, 4) and lse.shape == (2, 0)
+    q = np.ones((2, 3, 4))
+    out, lse = kalibi.alibi_attention_forward(q, np.zeros((2, 0, 4)), np.zeros((2, 0, 5)), m, causal=False, scale=0.5)
+    assert out.shape == (2, 3, 5) and np.all(out == 0) and np.all(lse == -np.inf)
+
+
+# --------------------------------------------------------------------------- NaN / inf
+#
+# Rule: an output entry that depends on a NaN/inf input through a kept (unmasked) position is
+# non-finite exactly as in the reference. Entries that touch a non-finite input only through a
+# masked position (probability 0) are unspecified: the reference leaks NaN into all of them
+# through ``0 * nan`` in its full-size products; the kernel never reads skipped tiles, so it
+# leaks into a subset (rows/keys of the same 64-row tile) and everything else stays exact.
+
+def _check_nonfinite(got, want, exact):
+    for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+        if name in exact:
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=f"NaN pattern of {name}")
+            np.testing.assert_array_equal(np.isinf(g), np.isinf(w), err_msg=f"inf pattern of {name}")
+        else:  # non-finite only where the reference is non-finite too
+            assert not np.any(~np.isfinite(g) & np.isfinite(w)), name
+        both = np.isfinite(g) & np.isfinite(w)
+        np.testing.assert_allclose(g[both], w[both], rtol=1e-12, atol=1e-12, err_msg=name)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_inputs_symmetric_propagate_exactly_like_reference(value):
+    rng = np.random.default_rng(9)
+    q, k, v, do = make(rng, (), 3, 70, 75, 8)
+    m = paper_slopes(4)[:3]
+    q[0, 5, 3] = value  # one query row
+    k[1, 20, 0] = value  # one key
+    v[2, 66, 1] = value  # one value
+    got, want = fused(q, k, v, m, False, do), reference(q, k, v, m, False, do)
+    _check_nonfinite(got, want, exact=("out", "dq", "dk", "dv"))
+    assert np.all(np.isnan(got[0][0, 5])) and np.all(np.isnan(got[1][0, 5]))
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nonfinite_inputs_causal_propagate_like_reference(value):
+    rng = np.random.default_rng(9)
+    q, k, v, do = make(rng, (), 2, 150, 150, 8)
+    m = paper_slopes(2)
+    q[0, 5, 3] = value  # query 5: its output row and dq row
+    k[1, 100, 0] = value  # key 100: every query >= 100 keeps it
+    got, want = fused(q, k, v, m, True, do), reference(q, k, v, m, True, do)
+    _check_nonfinite(got, want, exact=("out",))
+    out, dq, dk, dv = got
+    assert np.all(np.isnan(out[0, 5])) and np.all(np.isfinite(out[0, 6:])) and np.all(np.isfinite(out[1, :100]))
+    if np.isnan(value):  # (an infinite key gives -inf logits, i.e. masked, for some queries)
+        assert np.all(np.isnan(out[1, 100:])) and np.all(np.isnan(dq[1, 100:]))
+    assert np.all(np.isnan(dq[0, 5])) and np.all(np.isnan(dk[1, 100]))
+    # keys in tiles after the one holding query 5 never meet it (exact values, no NaN)
+    assert np.all(np.isfinite(dk[0, 64:])) and np.all(np.isfinite(dv[0, 64:]))
+
+
+def test_nonfinite_values_causal():
+    rng = np.random.default_rng(10)
+    q, k, v, do = make(rng, (), 2, 150, 150, 8)
+    m = paper_slopes(2)
+    v[0, 100, 2] = np.nan
+    v[1, 70, 1] = np.inf
+    got, want = fused(q, k, v, m, True, do), reference(q, k, v, m, True, do)
+    _check_nonfinite(got, want, exact=())
+    out = got[0]
+    # queries that keep the key are non-finite in that channel in both
+    assert np.all(np.isnan(out[0, 100:, 2])) and np.all(np.isnan(want[0][0, 100:, 2]))
+    assert np.all(~np.isfinite(out[1, 70:, 1]))
+    # queries in earlier tiles do not depend on it: finite and equal to the clean reference
+    clean = v.copy()
+    clean[0, 100, 2] = 0.0
+    clean[1, 70, 1] = 0.0
+    want_clean = reference(q, k, clean, m, True, do)[0]
+    np.testing.assert_allclose(out[:, :64], want_clean[:, :64], rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- determinism, threads
+
+def test_bit_identical_run_to_run():
+    rng = np.random.default_rng(13)
+    for dtype in (np.float32, np.float64):
+        q, k, v, do = (x.astype(dtype) for x in make(rng, (2,), 3, 300, 300, 32))
+        m = paper_slopes(4)[:3]
+        first = fused(q, k, v, m, True, do)
+        for _ in range(2):
+            again = fused(q, k, v, m, True, do)
+            for a, b in zip(first, again):
+                assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_two_python_threads_at_once():
+    rng = np.random.default_rng(14)
+    jobs = [(x.astype(np.float32) for x in make(rng, (), 4, 400, 400, 32)) for _ in range(2)]
+    jobs = [tuple(j) for j in jobs]
+    m = paper_slopes(4)
+    expected = [fused(q, k, v, m, causal, do) for (q, k, v, do), causal in zip(jobs, (True, False))]
+    before = _blas_threads()
+    barrier = threading.Barrier(2)
+    results, errors = [None, None], []
+
+    def work(i):
+        try:
+            barrier.wait()
+            q, k, v, do = jobs[i]
+            for _ in range(3):
+                results[i] = fused(q, k, v, m, i == 0, do)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "kernel calls from two threads hung"
+    assert not errors, errors
+    for got, want in zip(results, expected):
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+    assert _blas_threads() == before, "BLAS thread limits were not restored"
+
+
+def _blas_threads():
+    from threadpoolctl import threadpool_info
+    return sorted((i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas")
+
+
+def test_blas_calls_do_not_warn_and_limits_are_restored():
+    rng = np.random.default_rng(15)
+    q, k, v, do = (x.astype(np.float32) for x in make(rng, (), 2, 256, 256, 64))
+    before = _blas_threads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fused(q, k, v, paper_slopes(2), True, do)
+    assert _blas_threads() == before
+
+
+# --------------------------------------------------------------------------- memory, gradcheck, import
+
+def test_never_allocates_a_score_matrix():
+    # tracemalloc sees NumPy's and Numba's (NRT) allocations, including those in prange threads
+    t, heads, d = 1024, 2, 16
+    rng = np.random.default_rng(16)
+    q, k, v, do = (x.astype(np.float32) for x in make(rng, (), heads, t, t, d))
+    m = paper_slopes(heads)
+    fused(q[..., :70, :], k[..., :70, :], v[..., :70, :], m, True, do[..., :70, :])  # compile outside
+    one_matrix = 4 * t * t  # a single (q_len, k_len) float32 matrix: 4 MiB
+    outputs = q.nbytes  # out (forward); each of dq, dk, dv (backward): 128 KiB
+    slack = 256 * 1024  # 64x64 tiles (16 KiB each) per thread, lse, small arrays
+    for causal in (True, False):
+        tracemalloc.start()
+        try:
+            out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=0.2)
+            _, fwd_peak = tracemalloc.get_traced_memory()
+            tracemalloc.reset_peak()
+            start, _ = tracemalloc.get_traced_memory()
+            kalibi.alibi_attention_backward(do, q, k, v, out, lse, m, causal=causal, scale=0.2)
+            _, bwd_peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert fwd_peak <= outputs + slack < one_matrix / 8, fwd_peak
+        assert bwd_peak - start <= 3 * outputs + slack < one_matrix / 4, bwd_peak - start
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+def test_gradcheck_fused_float64(causal):
+    rng = np.random.default_rng(17)
+    q, k, v, _ = make(rng, (), 2, 5, 7, 3, d_v=2)
+    m = paper_slopes(2)
+
+    def fun(q, k, v):
+        return kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=0.6)[0]
+
+    def bwd(g, q, k, v):
+        out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=0.6)
+        dq, dk, dv = kalibi.alibi_attention_backward(g, q, k, v, out, lse, m, causal=causal, scale=0.6)
+        return {"q": dq, "k": dk, "v": dv}
+
+    gradcheck(fun, bwd, {"q": q, "k": k, "v": v}, tol=1e-6, max_entries=None)
+
+
+def test_import_compiles_nothing():
+    import subprocess
+    import sys
+    code = ("import posenc_np, sys; assert 'numba' not in sys.modules; "
+            "from posenc_np.kernels import alibi as a; "
+            "assert all(not f.signatures for f in (a._forward_kernel, a._backward_dq_kernel, "
+            "a._backward_dkdv_kernel)); print(a.ALIBI_NUMBA_MIN_T)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert int(res.stdout.strip()) >= 1
