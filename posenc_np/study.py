@@ -153,7 +153,7 @@ class StudyConfig:
 
 def quick_config(seed: int = 0) -> StudyConfig:
     """The reduced grid of ``--quick``: every encoding and fusion, tiny model, a few steps."""
-    return StudyConfig(train_len=4, alphabet=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, steps=25,
+    return StudyConfig(train_len=4, alphabet=8, d_model=16, n_heads=2, n_layers=1, d_ff=32, steps=40,
                        batch_size=8, lr=3e-3, warmup=5, eval_sequences=16, seed=seed, jobs=1)
 
 
@@ -294,7 +294,7 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     t0 = time.perf_counter()
     results_by_run = [None] * len(runs)
     cfg_dict = asdict(cfg)
-    bar = Progress(len(runs), desc="study", enabled=progress, use_tqdm=False)
+    bar = Progress(len(runs), desc="study", enabled=progress, use_tqdm=False, min_interval=0.0)
 
     def done(i, recs):
         results_by_run[i] = recs

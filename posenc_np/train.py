@@ -45,14 +45,16 @@ CHECKPOINT_VERSION = 1
 # --------------------------------------------------------------------------- progress
 
 class Progress:
-    """A progress bar: tqdm when installed, else a plain line printer; ``enabled=False`` is silent.
+    """A progress bar: tqdm when installed, else a plain line printer (at most one line per
+    ``min_interval`` seconds, and the last); ``enabled=False`` is silent.
 
     ``update(n, **metrics)`` advances by ``n`` and shows the metrics.
     """
 
     def __init__(self, total: int, *, initial: int = 0, desc: str = "", enabled: bool = True, file=None,
-                 use_tqdm: bool | None = None):
+                 use_tqdm: bool | None = None, min_interval: float = 2.0):
         self.total, self.n, self.desc, self.enabled = total, initial, desc, enabled
+        self.min_interval = min_interval
         self.file = file or sys.stderr
         self._bar = None
         self._last_print = -1.0
@@ -78,7 +80,7 @@ class Progress:
                 self._bar.set_postfix_str(text, refresh=False)
             return
         now = time.perf_counter()
-        if self.n >= self.total or now - self._last_print >= 2.0:
+        if self.n >= self.total or now - self._last_print >= self.min_interval:
             self._last_print = now
             print(f"{self.desc} {self.n}/{self.total} {text}".strip(), file=self.file, flush=True)
 
