@@ -26,7 +26,7 @@ with the reason instead of inventing positions (no clamping).
 
 Outputs in ``DIR``: ``results.json`` (metadata and one record per encoding, fusion, task,
 train length and eval length, with metrics and seed), ``results.md`` (Markdown tables) and
-``results.png`` (a plot, when matplotlib is installed).
+``results.png`` (a heat map, when matplotlib is installed).
 
 Runs are independent and seeded (seed derived from the base seed, encoding, fusion and
 task by CRC32, recorded per record), so the results do not depend on scheduling; the full
@@ -244,7 +244,8 @@ def write_markdown(results: dict, path) -> str:
 
 
 def write_plot(results: dict, path) -> bool:
-    """Token accuracy vs eval length, one panel per task (matplotlib optional: False if absent)."""
+    """Heat map of token accuracy (exact match in brackets): one row per encoding, one column
+    per task and eval length; hatched = n/a. Returns False when matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -255,26 +256,44 @@ def write_plot(results: dict, path) -> bool:
     records = results["records"]
     tasks = list(dict.fromkeys(r["task"] for r in records))
     labels = list(dict.fromkeys(r["label"] for r in records))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 4.2), sharey=True, squeeze=False)
-    cmap = plt.get_cmap("tab20")
-    for ax, task in zip(axes[0], tasks):
-        for i, label in enumerate(labels):
-            rs = sorted((r for r in records if r["label"] == label and r["task"] == task), key=lambda r: r["eval_len"])
-            xs = [r["eval_len"] for r in rs if r["token_accuracy"] is not None]
-            ys = [r["token_accuracy"] for r in rs if r["token_accuracy"] is not None]
-            ax.plot(xs, ys, marker="o", color=cmap(i % 20), label=label, linestyle="-" if i < 10 else "--")
-        ax.set_xscale("log", base=2)
-        xt = sorted({r["eval_len"] for r in records})
-        ax.set_xticks(xt, [str(x) for x in xt])
-        ax.axvline(results["meta"]["config"]["train_len"], color="grey", lw=0.8, ls=":")
-        ax.set_title(task)
-        ax.set_xlabel("task size n (train L at the dotted line)")
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("token accuracy (teacher forced)")
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    factors = list(results["meta"]["config"]["eval_factors"])
+    L = results["meta"]["config"]["train_len"]
+    index = {(r["label"], r["task"], r["eval_factor"]): r for r in records}
+    acc = np.full((len(labels), len(tasks) * len(factors)), np.nan)
+    for i, label in enumerate(labels):
+        for t, task in enumerate(tasks):
+            for f, factor in enumerate(factors):
+                r = index.get((label, task, factor))
+                if r is not None and r["token_accuracy"] is not None:
+                    acc[i, t * len(factors) + f] = r["token_accuracy"]
+    fig, ax = plt.subplots(figsize=(1.0 * acc.shape[1] + 3.0, 0.42 * len(labels) + 1.6))
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("white")
+    im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    for i, label in enumerate(labels):
+        for t, task in enumerate(tasks):
+            for f, factor in enumerate(factors):
+                j = t * len(factors) + f
+                r = index.get((label, task, factor))
+                if r is None:
+                    continue
+                if r["token_accuracy"] is None:
+                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", color="0.6", lw=0))
+                    ax.text(j, i, "n/a", ha="center", va="center", fontsize=7, color="0.3")
+                else:
+                    ax.text(j, i, f"{r['token_accuracy']:.2f}\n({r['exact_match']:.2f})", ha="center", va="center",
+                            fontsize=6.5, color="black" if r["token_accuracy"] > 0.55 else "white")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xticks(range(acc.shape[1]), [f"{f}L" for _ in tasks for f in factors], fontsize=8)
+    for t, task in enumerate(tasks):
+        ax.text(t * len(factors) + (len(factors) - 1) / 2, -0.9, task, ha="center", va="bottom", fontsize=10,
+                fontweight="bold")
+        if t:
+            ax.axvline(t * len(factors) - 0.5, color="white", lw=3)
+    ax.set_title(f"token accuracy (exact match), trained at L = {L}", pad=34, fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.025, pad=0.02)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
 
