@@ -267,8 +267,7 @@ def write_plot(results: dict, path) -> bool:
                 if r is not None and r["token_accuracy"] is not None:
                     acc[i, t * len(factors) + f] = r["token_accuracy"]
     fig, ax = plt.subplots(figsize=(1.0 * acc.shape[1] + 3.0, 0.42 * len(labels) + 1.6))
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
     im = ax.imshow(np.ma.masked_invalid(acc), cmap=cmap, vmin=0, vmax=1, aspect="auto")
     for i, label in enumerate(labels):
         for t, task in enumerate(tasks):
