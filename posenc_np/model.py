@@ -61,7 +61,7 @@ from . import attention as attn
 from ._checks import as_int_array, check_choice, check_float_dtype, check_int, check_real
 from .layers import GELU, GELU_APPROXIMATIONS, Embedding, LayerNorm, Linear
 
-__all__ = ["REGISTRY", "KVCache", "ModelConfig", "Transformer", "position_encodings"]
+__all__ = ["REGISTRY", "KVCache", "ModelConfig", "PositionEncoding", "Transformer"]
 
 
 # --------------------------------------------------------------------------- config
@@ -179,7 +179,8 @@ class PositionEncoding:
     - logits level: ``attend(layer, q, k, v, causal)`` and ``attend_backward(layer, dout, cache)``.
 
     Parameter holders (objects with ``params``/``grads``) are returned by ``modules()``
-    (model-wide, named ``pos.*``) and ``layer_modules(i)`` (named ``blocks.i.pos*``).
+    (model-wide, e.g. ``{"pos_emb": table}``: parameters ``pos_emb.weight``) and
+    ``layer_modules(i)`` (``{"pos": hook}``: parameters ``blocks.i.pos.*``).
     """
 
     name = "none"
@@ -548,11 +549,7 @@ class DeBERTa(_RelativeHook):
                                                   seed=rng, init_std=self.cfg.init_std)
 
 
-def position_encodings() -> dict:
-    """The registry (name -> adapter class); see the module docstring."""
-    return REGISTRY
-
-
+#: Encoding name -> adapter class (see the module docstring for where each acts).
 REGISTRY: dict[str, type[PositionEncoding]] = {
     "none": NoPE,
     "learned": LearnedAbsolute,
