@@ -194,6 +194,10 @@ def test_argument_errors_name_the_argument():
         kalibi.alibi_attention_forward(q, k, v, m, causal="yes", scale=0.5)
     with pytest.raises(TypeError, match="q_offset"):
         kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.5, q_offset=1.5)
+    with pytest.raises(ValueError, match="scale"):
+        kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=-1.0)
+    with pytest.raises(ValueError, match="slopes"):
+        kalibi.alibi_attention_forward(q, k, v, np.array([0.5, np.nan]), causal=True, scale=0.5)
     out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=0.5)
     with pytest.raises(ValueError, match="lse"):
         kalibi.alibi_attention_backward(do, q, k, v, out, lse[..., :2], m, causal=True, scale=0.5)
@@ -345,14 +349,57 @@ def _blas_threads():
     return sorted((i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas")
 
 
-def test_blas_calls_do_not_warn_and_limits_are_restored():
+def test_blas_is_single_threaded_inside_kernels_and_restored_after():
     rng = np.random.default_rng(15)
     q, k, v, do = (x.astype(np.float32) for x in make(rng, (), 2, 256, 256, 64))
+    fused(q, k, v, paper_slopes(2), True, do)
     before = _blas_threads()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        fused(q, k, v, paper_slopes(2), True, do)
+    with kalibi._blas_one_thread():
+        with kalibi._blas_one_thread():  # re-entrant
+            inside = _blas_threads()
+        assert _blas_threads() == inside
+    # every loaded BLAS, including scipy's (the one Numba's np.dot calls), is at one thread
+    assert inside and all(n == 1 for _, n in inside)
     assert _blas_threads() == before
+
+
+def test_result_does_not_depend_on_thread_count():
+    import numba
+    rng = np.random.default_rng(18)
+    q, k, v, do = (x.astype(np.float32) for x in make(rng, (), 3, 200, 200, 16))
+    m = paper_slopes(4)[:3]
+    many = fused(q, k, v, m, True, do)
+    saved = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        one = fused(q, k, v, m, True, do)
+    finally:
+        numba.set_num_threads(saved)
+    for a, b in zip(many, one):
+        assert np.array_equal(a, b)
+
+
+def test_no_blas_warning_or_hang_under_openmp_layer():
+    # a fresh process with Numba's OpenMP threading layer and a threaded BLAS: a forward and
+    # backward must finish (timeout = hang) without OpenBLAS printing anything
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np; from posenc_np.kernels import alibi as a; import numba\n"
+            "r = np.random.default_rng(0); q, k, v, g = (r.standard_normal((2, 4, 300, 64), dtype=np.float32) "
+            "for _ in range(4))\n"
+            "m = 2.0 ** -np.arange(1, 5)\n"
+            "for c in (True, False):\n"
+            "    o, l = a.alibi_attention_forward(q, k, v, m, causal=c, scale=0.125)\n"
+            "    a.alibi_attention_backward(g, q, k, v, o, l, m, causal=c, scale=0.125)\n"
+            "print(numba.threading_layer())\n")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="omp")
+    env.pop("OPENBLAS_NUM_THREADS", None)
+    env.pop("OMP_NUM_THREADS", None)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "omp"
+    assert "openblas" not in res.stderr.lower() and "hang" not in res.stderr.lower(), res.stderr
 
 
 # --------------------------------------------------------------------------- memory, gradcheck, import
