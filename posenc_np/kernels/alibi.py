@@ -179,7 +179,7 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
     lse = np.full((n_items, q_len), -np.inf, dtype=dtype)
     if n_items and q_len and k_len:
         mneg = _per_item_slopes(slopes, n_items, dtype)
-        with launch_guard(), _blas_one_thread():
+        with launch_guard(), _blas_one_thread(), _threads_for(n_items * -(-q_len // BLOCK_Q)):
             _forward_kernel(q3, k3, v3, mneg, causal, dtype.type(scale), q_offset, dtype.type(-np.inf), out, lse)
     return out.reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
@@ -223,12 +223,41 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
         delta = np.empty((n_items, q_len), dtype=dtype)
         sc, ninf = dtype.type(scale), dtype.type(-np.inf)
         with launch_guard(), _blas_one_thread():
-            _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, causal, sc, q_offset, ninf, dq, delta)
-            _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, causal, sc, q_offset, ninf, dk, dv)
+            with _threads_for(n_items * -(-q_len // BLOCK_Q)):
+                _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, causal, sc, q_offset, ninf, dq, delta)
+            with _threads_for(n_items * -(-k_len // BLOCK_K)):
+                _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, causal, sc, q_offset, ninf, dk, dv)
     return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
 
 
-# --------------------------------------------------------------------------- BLAS threads
+# --------------------------------------------------------------------------- threads
+
+class _threads_for:
+    """Run the next kernel on one Numba thread when it has fewer than two work items per thread.
+
+    A parallel region waits for every thread of the team, even those without work; on a busy
+    machine a descheduled thread costs milliseconds, on a quiet one the fork/join still costs
+    more than one tiny tile. Numba's thread count is thread-local, and results do not depend on
+    it (every output row is computed by one work item in a fixed order).
+    """
+
+    def __init__(self, work_items: int):
+        import numba
+
+        self._numba = numba
+        self._saved = numba.get_num_threads()
+        self._wanted = self._saved if work_items >= 2 * self._saved else 1
+
+    def __enter__(self):
+        if self._wanted != self._saved:
+            self._numba.set_num_threads(self._wanted)
+        return self
+
+    def __exit__(self, *exc):
+        if self._wanted != self._saved:
+            self._numba.set_num_threads(self._saved)
+        return False
+
 
 _BLAS_STATE = {"depth": 0, "controller": None, "limiter": None}
 _BLAS_LOCK = threading.Lock()
