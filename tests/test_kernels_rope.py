@@ -306,6 +306,22 @@ def test_angles_on_the_fly_match_tables(layout, dtype):
             np.testing.assert_array_equal(got[..., 2 * freqs.size:], x[..., 2 * freqs.size:])
 
 
+@pytest.mark.parametrize("order", ["bhtd", "bthd"])
+def test_angles_many_tile_blocks(order):
+    """More positions than one on-the-fly tile holds (256 KiB): several tiles per call."""
+    rng = np.random.default_rng(15)
+    t, h = 700, 3
+    shape = (2, h, t, 128) if order == "bhtd" else (2, t, h, 128)
+    pos = np.arange(t) * 7 if order == "bhtd" else (np.arange(t) * 7)[:, None]
+    for dtype in DTYPES:
+        x = rng.standard_normal(shape).astype(dtype)
+        cos, sin = rope.cos_sin(pos, inv_freq(128), layout="interleaved", dtype=dtype)
+        want = ref_rotate(x, cos, sin, "interleaved")
+        got = rope_apply_angles(x, pos, inv_freq(128), layout="interleaved")
+        scale = 2 * np.abs(x).max(axis=-1, keepdims=True)
+        assert np.all(np.abs(got - want) <= ANGLE_ULPS * np.finfo(dtype).eps * scale)
+
+
 def test_angles_in_place_and_strided():
     rng = np.random.default_rng(11)
     parent = rng.standard_normal((3, 20, 2, 16)).astype(np.float32)
@@ -354,9 +370,9 @@ def test_deterministic_run_to_run():
 def test_two_python_threads_at_once():
     rng = np.random.default_rng(14)
     jobs = []
-    for k in range(2):
-        x = rng.standard_normal((2, 4, 300 + k, 64)).astype(np.float32)
-        cos, sin = rope.cos_sin(np.arange(300 + k), inv_freq(64), layout="half", dtype=np.float32)
+    for k in range(2):  # big enough for both Numba threads in each call
+        x = rng.standard_normal((2, 4, 1100 + k, 64)).astype(np.float32)
+        cos, sin = rope.cos_sin(np.arange(1100 + k), inv_freq(64), layout="half", dtype=np.float32)
         jobs.append((x, cos, sin, ref_rotate(x, cos, sin, "half")))
     errors = []
     barrier = threading.Barrier(2)
@@ -364,7 +380,7 @@ def test_two_python_threads_at_once():
     def work(x, cos, sin, want):
         try:
             barrier.wait()
-            for i in range(30):
+            for i in range(20):
                 got = rope_apply(x, cos, sin, layout="half") if i % 2 else \
                     rope_apply_angles(x, np.arange(x.shape[2]), inv_freq(64), layout="half")
                 if not np.array_equal(got, want):

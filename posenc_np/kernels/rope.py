@@ -17,34 +17,39 @@ sign of zero results, ``nsz``).
 Two entry points share one kernel:
 
 * :func:`rope_apply` takes ``cos``/``sin`` tables (``posenc_np.rope.cos_sin``), broadcast
-  against ``x``'s leading axes exactly as NumPy would. Like the reference it uses the first
-  channel of each pair of the table (``cos[..., i]`` for ``half``, ``cos[..., 2i]`` for
-  ``interleaved``); :func:`posenc_np.rope.apply` checks that both channels agree.
+  against ``x``'s leading axes exactly as NumPy would. Output channel ``j`` is computed with
+  table channel ``j`` (Hugging Face's ``x * cos + rotate(x) * sin``, elementwise); in a valid
+  layout table both channels of a pair hold the same value, and then this is the reference's
+  per-pair result bit for bit. :func:`posenc_np.rope.apply` checks the tables; this function
+  does not (it is the fast path).
 * :func:`rope_apply_angles` takes positions and ``inv_freq`` and computes
   :math:`f\cos(p\,\omega_i)`, :math:`f\sin(p\,\omega_i)` on the fly in float64, cast once to
   ``x``'s dtype: the same numbers as ``cos_sin(positions, inv_freq, attention_factor=f,
-  dtype=x.dtype)`` up to the libm ``sin``/``cos`` (glibc here, NumPy's own SIMD code there).
+  dtype=x.dtype)`` up to the libm ``sin``/``cos`` (glibc in Numba; NumPy 2.4 calls the same
+  libm here, and the results were identical in every test).
 
-How the work is laid out (no copies for any strides)
-----------------------------------------------------
+How the work is laid out (no copy of ``x`` for any strides)
+-----------------------------------------------------------
 ``x``'s leading axes split into *table axes* (where ``cos``/``sin`` or the positions vary)
-and *broadcast axes* (where they are repeated). For each operand the Python wrapper builds
-the element offset of every table row (``P`` of them) and of every broadcast row (``Q``),
-from the array's own strides (negative, zero, transposed: any), and hands the kernel a flat
-1-D view of the operand's memory. The kernel runs ``prange`` over blocks of
-(table rows x broadcast rows); each block first gathers its per-pair ``cos``/``sin`` values
-(from the table or from sin/cos of the angles) into a small contiguous tile, then rotates
-its ``x`` rows, so the tile is computed or read once and reused across heads and batch.
-Rows whose channels are unit-stride take a contiguous loop (vectorised by LLVM); any other
-channel stride takes a strided loop. Offsets cost ``8 (P + Q)`` bytes per operand, not a
-copy of the data.
+and *broadcast axes* (where they repeat). For each operand the Python wrapper builds the
+element offset of every row along each group, from the array's own strides (negative, zero,
+transposed: any), and hands the kernel a flat 1-D view of the operand's memory. The group
+with the smaller ``x`` stride is walked innermost, so ``(B, H, T, D)`` with ``(T, d)``
+tables streams each head's rows in memory order (tables re-read from cache), and
+``(B, T, H, D)`` with ``(T, 1, d)`` tables streams each position's heads with one table row.
+``prange`` runs over blocks of rows. With on-the-fly angles each block first computes a
+tile of cos/sin for its table rows (at most 256 KiB, L2-resident) that all its broadcast
+rows reuse, so each angle's sin and cos is evaluated about once per call. Rows with
+unit-stride channels take a vectorised loop; any other channel stride a scalar loop.
+The offsets cost 8 bytes per row per operand.
 
 What copies: ``x`` with a non-native byte order, misaligned data or strides that are not a
-multiple of its item size (then a contiguous copy); ``cos``/``sin`` of another dtype than
-``x`` (cast, as the reference does); an ``x`` or table that partially overlaps ``out``
-(copied first, like NumPy ufuncs); a misaligned or byte-swapped ``out`` (computed into a
-temporary, then copied into it). ``out=x`` (the same view) works in place without a copy:
-each pair is read before it is written.
+multiple of its item size (a contiguous copy); ``cos``/``sin`` of another dtype than ``x``
+(cast, as the reference does) or whose channel axis is not unit-stride (a contiguous copy of
+the table); an ``x`` or table that partially overlaps ``out`` (copied first, like NumPy
+ufuncs); a misaligned or byte-swapped ``out`` (computed into a temporary, then copied in).
+``out=x`` (the same view) works in place without a copy: each pair is read before it is
+written. Small calls (under ``_ELEMENTS_PER_THREAD`` elements per thread) run on one thread.
 """
 
 from __future__ import annotations
@@ -64,18 +69,26 @@ __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]
 LAYOUTS = ("half", "interleaved")
 
 #: ``backend="auto"`` uses the Numba kernel when ``x.size`` is at least this many elements
-#: and NumPy below. Measured on this machine (2-core AMD EPYC znver4, numpy 2.4, numba 0.68;
-#: see bench/bench_rope.py --threshold): placeholder until measured.
+#: and NumPy below. Measured with ``bench/bench_rope.py`` (``threshold``; the same sweep runs
+#: in ``python bench/run.py --only rope``): NumPy's rotation (``rope._rotate_numpy``) against
+#: ``rope_apply`` (with its ~25 us of Python planning), ``(1, 8, T, 128)`` float32, median of
+#: 21, on the 2-core AMD EPYC (znver4) dev box, numpy 2.4.6, numba 0.68.1, 2026-11-30. The
+#: kernel wins from 2^14 elements (interleaved: 35 vs 29 us) and from 2^15 (half: 40 vs
+#: 34 us; 2^14: 24 vs 30 us), forward and backward alike, and by 2-3x at 2^16-2^17.
+#: Preliminary: the machine was shared (load 2-4), which only hurts 2-thread calls;
+#: re-measure on a quiet machine.
 ROPE_NUMBA_MIN_ELEMENTS = 1 << 15
 
 # RoPE needs no contraction: without ``contract`` each product and sum is rounded exactly as
 # the NumPy reference rounds it, so the table path matches it bit for bit.
 _FASTMATH = set(FASTMATH - {"contract"})
 
-# Below this many elements per thread a second thread costs more than it saves (a parallel
-# launch costs a few microseconds, and on a busy machine a descheduled worker can stall it
-# for a scheduler tick): small calls run on one thread.
-_ELEMENTS_PER_THREAD = 1 << 15
+# Calls below this many elements per thread use fewer threads: one thread rotates 2^17
+# float32 elements in ~60 us, a parallel launch costs a few microseconds on an idle machine,
+# and on a busy one (other processes on both cores) every 2-thread launch was measured to
+# stall for ~7.5 ms waiting for the worker to be scheduled (GNU OpenMP layer), so small
+# calls are kept on the calling thread.
+_ELEMENTS_PER_THREAD = 1 << 17
 
 
 # --------------------------------------------------------------------------- kernel
@@ -586,7 +599,8 @@ def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> 
         Tables laid out for ``layout`` (:func:`posenc_np.rope.cos_sin`); leading axes
         broadcast against ``x``'s (``(T, d)`` for ``(B, H, T, D)``, ``(T, 1, d)`` for
         ``(B, T, H, D)``). Cast to ``x``'s dtype when they differ (as the reference does).
-        The first channel of each pair is used.
+        Both channels of each pair must hold the same value (a valid layout table: what
+        ``cos_sin`` returns and ``rope.apply`` checks); output channel ``j`` uses channel ``j``.
     layout : {"half", "interleaved"}
     inverse : bool
         ``True`` for the backward (``dx = rotate(dy, -t)``).

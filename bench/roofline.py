@@ -1,0 +1,119 @@
+"""In-run memory-bandwidth roofline: NumPy copy and a Numba STREAM triad, in GB/s.
+
+Both count the bytes a kernel must move, not the hardware's extra traffic:
+
+* copy ``np.copyto(dst, src)``: reads ``src``, writes ``dst`` -> ``2 N`` bytes for ``N``-byte
+  arrays. One thread (NumPy does not thread a copy); glibc may use non-temporal stores.
+* triad ``a[i] = b[i] + s * c[i]`` (Numba, ``prange`` over all cores, the kernels' compile
+  settings): reads ``b`` and ``c``, writes ``a`` -> ``3 N`` bytes.
+* scale in place ``a[i] = s * a[i]`` (Numba, all cores): reads and writes ``a`` -> ``2 N``.
+
+The roofline of a size is the better of copy and triad: what this machine, in this run,
+reached moving that much memory. A kernel's "% of roofline" is its own bytes-moved figure
+over this. Out-of-place stores first read the destination line (write-allocate), so an
+in-place kernel moves fewer bytes than it counts and can pass 100 %: in-place variants are
+also compared with the in-place scale (``inplace_roofline_GBps`` = the best of all three).
+Timings are the median of ``repeats`` calls after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+_TRIAD = None
+
+
+def _triad_kernel():
+    global _TRIAD
+    if _TRIAD is None:
+        import numba
+
+        from posenc_np.kernels._numba import njit_kernel
+
+        @njit_kernel()
+        def triad(a, b, c, s):
+            for i in numba.prange(a.shape[0]):
+                a[i] = b[i] + s * c[i]
+
+        @njit_kernel()
+        def scale(a, s):
+            for i in numba.prange(a.shape[0]):
+                a[i] = s * a[i]
+
+        _TRIAD = (triad, scale)
+    return _TRIAD
+
+
+def median_time(fn, repeats: int) -> tuple[float, list]:
+    """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def measure(nbytes: int, repeats: int = 7) -> dict:
+    """Copy and triad bandwidth (GB/s) for float32 arrays of ``nbytes`` bytes each."""
+    n = max(1, nbytes // 4)
+    src = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    dst = np.empty_like(src)
+    b, c = src, src[::-1].copy()
+    triad, scale = _triad_kernel()
+    t_copy, _ = median_time(lambda: np.copyto(dst, src), repeats)
+    t_triad, _ = median_time(lambda: triad(dst, b, c, np.float32(0.5)), repeats)
+    t_scale, _ = median_time(lambda: scale(dst, np.float32(-1.0)), repeats)
+    copy_gbs = 2 * src.nbytes / t_copy / 1e9
+    triad_gbs = 3 * src.nbytes / t_triad / 1e9
+    scale_gbs = 2 * src.nbytes / t_scale / 1e9
+    return {
+        "array_bytes": int(src.nbytes),
+        "copy_GBps": copy_gbs,
+        "triad_GBps": triad_gbs,
+        "scale_inplace_GBps": scale_gbs,
+        "roofline_GBps": max(copy_gbs, triad_gbs),
+        "inplace_roofline_GBps": max(copy_gbs, triad_gbs, scale_gbs),
+        "repeats": repeats,
+    }
+
+
+def run(quick: bool = False, sizes=None) -> dict:
+    """Roofline at a ladder of sizes (L2-resident to DRAM); returns JSON plus ``markdown``."""
+    if sizes is None:
+        sizes = [256 << 10, 4 << 20, 64 << 20] if quick else [256 << 10, 4 << 20, 64 << 20, 256 << 20]
+    repeats = 5 if quick else 11
+    rows = [measure(s, repeats) for s in sizes]
+    lines = [
+        "| array size | copy GB/s (NumPy, 1 thread) | triad GB/s (Numba, all cores) | roofline GB/s "
+        "| scale in place GB/s (Numba) | in-place roofline GB/s |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {_size(r['array_bytes'])} | {r['copy_GBps']:.1f} | {r['triad_GBps']:.1f} | "
+                     f"{r['roofline_GBps']:.1f} | {r['scale_inplace_GBps']:.1f} | {r['inplace_roofline_GBps']:.1f} |")
+    md = ("Bytes moved: copy reads and writes one array (2N), triad reads two and writes one (3N), "
+          "scale reads and writes one array in place (2N); float32 arrays of the size shown; "
+          f"median of {repeats} after a warm-up. Roofline = max(copy, triad); in-place roofline = "
+          "max(copy, triad, scale).\n\n" + "\n".join(lines))
+    return {"rows": rows, "markdown": md}
+
+
+def _size(nbytes: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= div:
+            return f"{nbytes / div:g} {unit}"
+    return f"{nbytes} B"
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    out = run(quick="--quick" in sys.argv)
+    print(out["markdown"])
+    print(json.dumps({k: v for k, v in out.items() if k != "markdown"}, indent=1))

@@ -1,0 +1,317 @@
+"""One command for all benchmarks: ``python bench/run.py [--quick] [--only SECTION ...] [--note TEXT]``.
+
+Sections (all by default, in this order, in one process except the cold-start subprocesses):
+
+``roofline``   in-run memory bandwidth: NumPy copy and a Numba triad, GB/s (bench/roofline.py)
+``rope``       RoPE forward/backward: NumPy reference vs Numba (out of place, in place, angles
+               on the fly), both layouts, L2-resident to DRAM-sized; torch eager when
+               installed; plus the ``auto`` threshold sweep (bench/bench_rope.py)
+``alibi``      ALiBi causal attention: ``run(quick)`` of bench/bench_alibi.py, if that file exists
+``coldstart``  fresh subprocesses: ``import posenc_np`` time; first RoPE kernel call with an
+               empty Numba cache (compile) and with a warm one (load)
+
+Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
+machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables). ``--quick``
+is a smoke run (fewer sizes and repeats: numbers are indicative only). Benchmarks are not
+tests: nothing here asserts a speed; the targets are reported as met or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+for path in (BENCH, ROOT):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+SECTIONS = ("roofline", "rope", "alibi", "coldstart")
+
+
+# --------------------------------------------------------------------------- machine
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _caches() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    keep = [ln.split(":", 1) for ln in out.splitlines() if ln.strip().startswith(("L1d", "L2", "L3"))]
+    return ", ".join(f"{k.strip()} {v.strip()}" for k, v in keep)
+
+
+def _loadavg():
+    try:
+        return list(os.getloadavg())
+    except OSError:
+        return None
+
+
+def machine() -> dict:
+    import numba
+    import numpy as np
+
+    info = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "caches": _caches(),
+        "logical_cpus": os.cpu_count(),
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "numba_threading_layer": None,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "torch": None,
+        "platform": platform.platform(),
+        "loadavg_start": _loadavg(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+# --------------------------------------------------------------------------- cold start
+
+def _python(code: str, env: dict) -> dict:
+    full = dict(os.environ)
+    full["PYTHONPATH"] = ROOT + os.pathsep + full.get("PYTHONPATH", "")
+    full.update(env)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full, cwd=ROOT, timeout=600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"cold-start subprocess failed:\n{proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["process_wall_s"] = wall
+    return out
+
+
+_IMPORT_CODE = """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import posenc_np
+    t1 = time.perf_counter()
+    print(json.dumps({"import_s": t1 - t0, "numba_imported": "numba" in sys.modules}))
+"""
+
+_FIRST_CALL_CODE = """
+    import json, time
+    t0 = time.perf_counter()
+    import numpy as np
+    from posenc_np import rope
+    x = np.ones((1, 8, 64, 128), dtype=np.float32)
+    cos, sin = rope.cos_sin(np.arange(64), 10000.0 ** (-np.arange(0, 128, 2) / 128), dtype=np.float32)
+    t1 = time.perf_counter()
+    from posenc_np.kernels import rope_apply
+    t2 = time.perf_counter()
+    rope_apply(x, cos, sin, layout="half")
+    t3 = time.perf_counter()
+    rope_apply(x, cos, sin, layout="half")
+    t4 = time.perf_counter()
+    from posenc_np.kernels import _numba
+    print(json.dumps({"setup_s": t1 - t0, "import_kernels_s": t2 - t1, "first_call_s": t3 - t2,
+                      "import_plus_first_call_s": t3 - t1, "second_call_s": t4 - t3,
+                      "cache_dir": _numba.cache_dir()}))
+"""
+
+
+def coldstart(quick: bool = False) -> dict:
+    """Fresh interpreters: import time, first kernel call cold (empty cache) and warm."""
+    repeats = 3 if quick else 7
+    imports = [_python(_IMPORT_CODE, {}) for _ in range(repeats)]
+    cache = tempfile.mkdtemp(prefix="posenc_np-bench-cache-")
+    try:
+        cold = _python(_FIRST_CALL_CODE, {"NUMBA_CACHE_DIR": cache})
+        warm = [_python(_FIRST_CALL_CODE, {"NUMBA_CACHE_DIR": cache}) for _ in range(repeats)]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    def med(rows, key):
+        return statistics.median(r[key] for r in rows)
+
+    result = {
+        "repeats": repeats,
+        "import_posenc_np_s": med(imports, "import_s"),
+        "import_posenc_np_process_wall_s": med(imports, "process_wall_s"),
+        "import_imports_numba": any(r["numba_imported"] for r in imports),
+        "cold": cold,
+        "warm_import_plus_first_call_s": med(warm, "import_plus_first_call_s"),
+        "warm_first_call_s": med(warm, "first_call_s"),
+        "warm_import_kernels_s": med(warm, "import_kernels_s"),
+        "warm_second_call_s": med(warm, "second_call_s"),
+    }
+    result["targets"] = {
+        "import_under_0.3s": result["import_posenc_np_s"] < 0.3,
+        "warm_first_call_under_0.5s": result["warm_import_plus_first_call_s"] < 0.5,
+    }
+    ms = lambda s: f"{1e3 * s:.0f} ms"  # noqa: E731
+    result["markdown"] = "\n".join([
+        f"Fresh subprocesses, median of {repeats} (the cold compile runs once). "
+        "'First call' = `from posenc_np.kernels import rope_apply` (imports Numba) + the first call "
+        "on a (1, 8, 64, 128) float32 array; the NumPy import and table set-up are excluded.",
+        "",
+        "| measurement | time | target |",
+        "|---|---:|---|",
+        f"| `import posenc_np` (in-process) | {ms(result['import_posenc_np_s'])} | < 300 ms: "
+        f"{'met' if result['targets']['import_under_0.3s'] else 'NOT met'}; imports Numba: "
+        f"{'yes' if result['import_imports_numba'] else 'no'} |",
+        f"| `python -c 'import posenc_np'` (whole process) | {ms(result['import_posenc_np_process_wall_s'])} | |",
+        f"| first call, empty cache (compile, float32 kernel) | {ms(cold['import_plus_first_call_s'])} | |",
+        f"| first call, warm cache | {ms(result['warm_import_plus_first_call_s'])} "
+        f"(import {ms(result['warm_import_kernels_s'])} + call {ms(result['warm_first_call_s'])}) | < 500 ms: "
+        f"{'met' if result['targets']['warm_first_call_under_0.5s'] else 'NOT met'} |",
+        f"| second call, same process | {1e6 * result['warm_second_call_s']:.0f} us | |",
+    ])
+    return result
+
+
+# --------------------------------------------------------------------------- sections
+
+def _section_alibi(quick: bool):
+    path = os.path.join(BENCH, "bench_alibi.py")
+    if not os.path.exists(path):
+        return None
+    import bench_alibi
+
+    return bench_alibi.run(quick)
+
+
+def _docs(results: dict, note: str | None) -> str:
+    m = results["machine"]
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python bench/run.py" + (" --quick" if results["quick"] else "") + "` "
+        f"on {m['date_utc']}; raw numbers in `bench/results/latest.json`. Benchmarks are not tests: "
+        "they report ratios measured side by side in one run (earlier runs: `bench/results/*.json`).",
+        "",
+    ]
+    if note:
+        lines += [f"> **{note}**", ""]
+    if results["quick"]:
+        lines += ["> Smoke run (`--quick`): fewer sizes and repeats; indicative only.", ""]
+    lines += [
+        "## Machine",
+        "",
+        f"- CPU: {m['cpu']} ({m['logical_cpus']} logical CPUs; {m['caches']})",
+        f"- Numba {m['numba']} ({m['numba_threads']} threads, threading layer {m['numba_threading_layer']}), "
+        f"NumPy {m['numpy']}, torch {m['torch'] or 'not installed'}, Python {m['python']}",
+        f"- {m['platform']}",
+        f"- load average at start {_fmt_load(m['loadavg_start'])}, at end {_fmt_load(m.get('loadavg_end'))} "
+        "(a busy machine lowers every figure, parallel ones most)",
+        "",
+    ]
+    titles = {
+        "roofline": "Memory-bandwidth roofline",
+        "rope": "RoPE rotation (float32)",
+        "rope_threshold": "RoPE `auto` threshold (NumPy vs Numba by size)",
+        "alibi": "ALiBi causal attention",
+        "coldstart": "Cold start",
+    }
+    for key, title in titles.items():
+        section = results["sections"].get(key)
+        if section is None:
+            continue
+        lines += [f"## {title}", "", section.get("markdown", "(no table)"), ""]
+    return "\n".join(lines)
+
+
+def _fmt_load(load) -> str:
+    return "n/a" if not load else " / ".join(f"{v:.2f}" for v in load) + " (1/5/15 min)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smoke run: fewer sizes and repeats")
+    parser.add_argument("--only", action="append", choices=SECTIONS,
+                        help="run only this section (repeatable)")
+    parser.add_argument("--note", default=None, help="a line to print at the top of docs/benchmarks.md")
+    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    wanted = args.only or list(SECTIONS)
+
+    results = {"quick": args.quick, "sections_run": wanted, "machine": machine(), "sections": {}}
+    t_start = time.perf_counter()
+    roofs: dict = {}
+    if "roofline" in wanted:
+        import roofline
+
+        print("roofline ...", flush=True)
+        results["sections"]["roofline"] = roofline.run(args.quick)
+        for row in results["sections"]["roofline"]["rows"]:
+            roofs[row["array_bytes"]] = row
+    if "rope" in wanted:
+        import bench_rope
+
+        print("rope ...", flush=True)
+        results["sections"]["rope"] = bench_rope.run(args.quick, roofline_cache=roofs)
+        print("rope threshold ...", flush=True)
+        results["sections"]["rope_threshold"] = bench_rope.threshold(args.quick)
+    if "alibi" in wanted:
+        print("alibi ...", flush=True)
+        section = _section_alibi(args.quick)
+        if section is not None:
+            results["sections"]["alibi"] = section
+        else:
+            print("  bench/bench_alibi.py not found: skipped", flush=True)
+    if "coldstart" in wanted:
+        print("coldstart ...", flush=True)
+        results["sections"]["coldstart"] = coldstart(args.quick)
+    try:
+        import numba
+
+        results["machine"]["numba_threading_layer"] = numba.threading_layer()
+    except (ImportError, ValueError):
+        pass
+    results["machine"]["loadavg_end"] = _loadavg()
+    results["elapsed_s"] = time.perf_counter() - t_start
+
+    out_dir = os.path.join(BENCH, "results")
+    os.makedirs(out_dir, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    text = json.dumps(results, indent=1, default=float)
+    for name in (f"{stamp}.json", "latest.json"):
+        tmp = os.path.join(out_dir, name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, os.path.join(out_dir, name))
+    if not args.no_docs:
+        with open(os.path.join(ROOT, "docs", "benchmarks.md"), "w") as f:
+            f.write(_docs(results, args.note) + "\n")
+    for key, section in results["sections"].items():
+        print(f"\n== {key}\n{section.get('markdown', '')}")
+    print(f"\nwrote bench/results/{stamp}.json, bench/results/latest.json"
+          + ("" if args.no_docs else ", docs/benchmarks.md") + f" in {results['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
