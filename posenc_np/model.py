@@ -61,6 +61,8 @@ from . import attention as attn
 from ._checks import as_int_array, check_choice, check_float_dtype, check_int, check_real
 from .layers import GELU, GELU_APPROXIMATIONS, Embedding, LayerNorm, Linear
 
+EMBED_SCALES = ("none", "sqrt_d")
+
 __all__ = ["REGISTRY", "KVCache", "ModelConfig", "PositionEncoding", "Transformer"]
 
 
@@ -94,6 +96,12 @@ class ModelConfig:
         Parameter and activation dtype ("float32" for training, "float64" for gradcheck).
     init_std : float
         Std of the normal initialisation (residual projections use ``init_std / sqrt(2 n_layers)``).
+    embed_scale : {"none", "sqrt_d"}
+        ``"none"`` (GPT-2): token embeddings ``N(0, init_std^2)`` used as they are.
+        ``"sqrt_d"`` (Vaswani et al. 2017, sec. 3.4; fairseq): embeddings start at
+        ``N(0, 1/d)`` and are multiplied by ``sqrt(d)`` before the position encoding is
+        fused in, so token and sinusoid have comparable scale (the tied output uses the
+        unscaled table). ``d`` is the token-embedding width.
     seed : int
         Initialisation seed.
     """
@@ -112,6 +120,7 @@ class ModelConfig:
     gelu: str = "tanh"
     dtype: str = "float32"
     init_std: float = 0.02
+    embed_scale: str = "none"
     seed: int = 0
 
     def validate(self) -> "ModelConfig":
@@ -134,6 +143,7 @@ class ModelConfig:
         check_choice(self.gelu, "gelu", GELU_APPROXIMATIONS)
         check_float_dtype(self.dtype)
         check_real(self.init_std, "init_std", nonnegative=True)
+        check_choice(self.embed_scale, "embed_scale", EMBED_SCALES)
         check_int(self.seed, "seed", minimum=0)
         return self
 
@@ -635,7 +645,10 @@ class Transformer:
         rng = np.random.default_rng(cfg.seed)
         dt = np.dtype(cfg.dtype)
         self.pos = REGISTRY[cfg.position](cfg, rng)
-        self.tok_emb = Embedding(cfg.vocab_size, self.pos.token_width, rng=rng, init_std=cfg.init_std, dtype=dt)
+        d_tok = self.pos.token_width
+        self.embed_scale = math.sqrt(d_tok) if cfg.embed_scale == "sqrt_d" else 1.0
+        self.tok_emb = Embedding(cfg.vocab_size, d_tok, rng=rng, dtype=dt,
+                                 init_std=1.0 / self.embed_scale if cfg.embed_scale == "sqrt_d" else cfg.init_std)
         self.blocks = [Block(cfg, self.pos, i, rng) for i in range(cfg.n_layers)]
         self.ln_f = LayerNorm(cfg.d_model, dtype=dt)
         self.head = None if cfg.tied else Linear(cfg.d_model, cfg.vocab_size, bias=False, rng=rng,
@@ -693,7 +706,10 @@ class Transformer:
         B, T = tokens.shape
         start = 0 if cache is None else cache.length
         positions = np.arange(start, start + T)
-        h = self.pos.embed(self.tok_emb.forward(tokens), positions)
+        x = self.tok_emb.forward(tokens)
+        if self.embed_scale != 1.0:
+            x = x * np.asarray(self.embed_scale, dtype=x.dtype)
+        h = self.pos.embed(x, positions)
         self.pos.begin(start, T, cache)
         for block in self.blocks:
             h = block.forward(h, cache)
@@ -731,7 +747,10 @@ class Transformer:
         dh = self.ln_f.backward(dhf)
         for block in reversed(self.blocks):
             dh = block.backward(dh)
-        self.tok_emb.backward(self.pos.embed_backward(dh))
+        dx = self.pos.embed_backward(dh)
+        if self.embed_scale != 1.0:
+            dx = dx * np.asarray(self.embed_scale, dtype=dx.dtype)
+        self.tok_emb.backward(dx)
         self._collect_grads(dhead)
 
     def loss(self, tokens, targets, *, ignore_index: int = -100, backward: bool = False) -> float:

@@ -28,6 +28,14 @@ Outputs in ``DIR``: ``results.json`` (metadata and one record per encoding, fusi
 train length and eval length, with metrics and seed), ``results.md`` (Markdown tables) and
 ``results.png`` (a heat map, when matplotlib is installed).
 
+Models: pre-LN decoder (:class:`posenc_np.model.Transformer`), tied output, GPT-2
+initialisation (``N(0, 0.02^2)``); ``sinusoidal`` uses Vaswani et al.'s embedding recipe
+instead (``embed_scale="sqrt_d"``: token table ``N(0, 1/d)`` times :math:`\sqrt d`), because
+with GPT-2's small token embeddings the unit-amplitude sinusoid drowns the tokens and the
+model does not learn copy or reverse even at :math:`L` (and, conversely, NoPE, learned and
+ALiBi do not learn them within the budget with Vaswani's recipe). ``StudyConfig.embed_scale``
+maps encodings to the recipe; each record stores the one it used.
+
 Runs are independent and seeded (seed derived from the base seed, encoding, fusion and
 task by CRC32, recorded per record), so the results do not depend on scheduling; the full
 grid runs in worker processes (two by default), each with single-threaded BLAS.
@@ -139,6 +147,7 @@ class StudyConfig:
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 128
+    embed_scale: dict = field(default_factory=lambda: {"sinusoidal": "sqrt_d"})
     steps: int = 1500
     batch_size: int = 32
     lr: float = 2e-3
@@ -166,7 +175,8 @@ def grid(cfg: StudyConfig) -> list[dict]:
             for task in cfg.tasks:
                 label = enc if fusion is None else f"{enc}+{fusion}"
                 seed = zlib.crc32(f"{cfg.seed}/{label}/{task}".encode()) & 0x7FFFFFFF
-                runs.append({"encoding": enc, "fusion": fusion, "label": label, "task": task, "seed": seed})
+                runs.append({"encoding": enc, "fusion": fusion, "label": label, "task": task, "seed": seed,
+                             "embed_scale": cfg.embed_scale.get(enc, "none")})
     return runs
 
 
@@ -184,7 +194,8 @@ def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
         train_task = task_cls(cfg.train_len, cfg.alphabet)
         mcfg = ModelConfig(vocab_size=train_task.vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
                            n_layers=cfg.n_layers, d_ff=cfg.d_ff, max_len=train_task.seq_len, causal=True, tied=True,
-                           position=run["encoding"], fusion=run["fusion"] or "add", seed=run["seed"] % (2**31))
+                           position=run["encoding"], fusion=run["fusion"] or "add",
+                           embed_scale=run["embed_scale"], seed=run["seed"])
         model = Transformer(mcfg)
         t0 = time.perf_counter()
         hist = train(model, train_task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
@@ -196,7 +207,7 @@ def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
             n = cfg.train_len * factor
             task = task_cls(n, cfg.alphabet)
             tokens, targets = task.sample(np.random.default_rng(_eval_seed(cfg, run["task"], n)), cfg.eval_sequences)
-            rec = {**{k: run[k] for k in ("encoding", "fusion", "label", "task", "seed")},
+            rec = {**{k: run[k] for k in ("encoding", "fusion", "label", "task", "seed", "embed_scale")},
                    "train_len": cfg.train_len, "eval_len": n, "eval_factor": factor,
                    "train_seq_len": train_task.seq_len, "eval_seq_len": task.seq_len,
                    "train_steps": cfg.steps, "final_train_loss": final_loss, "train_seconds": train_seconds}

@@ -63,6 +63,27 @@ def test_rope_scaling_gradcheck(scaling):
     model_gradcheck(model, np.random.default_rng(2).integers(0, 7, size=(1, 6)), max_entries=6)
 
 
+@pytest.mark.parametrize("name,fusion", [("sinusoidal", "add"), ("learned", "concat"), ("rope", "add")])
+def test_embed_scale_sqrt_d_gradcheck(name, fusion):
+    model = tiny(name, fusion, embed_scale="sqrt_d")
+    model_gradcheck(model, np.random.default_rng(3).integers(0, 7, size=(2, 5)))
+
+
+def test_embed_scale_sqrt_d_is_vaswani_scaling():
+    """N(0, 1/d) table multiplied by sqrt(d) on input: an untied model equals the unscaled model
+    whose table is sqrt(d) times larger."""
+    cfg = ModelConfig(vocab_size=500, d_model=64, n_heads=2, n_layers=1, tied=False, position="sinusoidal",
+                      embed_scale="sqrt_d", dtype="float64")
+    m = Transformer(cfg)
+    assert abs(m.params["tok_emb.weight"].std() - 1 / 8) < 0.005
+    plain = Transformer(ModelConfig(**{**cfg.__dict__, "embed_scale": "none"}))
+    plain.load_params({**m.params, "tok_emb.weight": 8.0 * m.params["tok_emb.weight"]})
+    tok = np.array([[3, 4, 499]])
+    np.testing.assert_allclose(m.forward(tok), plain.forward(tok), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="embed_scale"):
+        ModelConfig(vocab_size=7, embed_scale="sqrt").validate()
+
+
 def test_gradcheck_detects_a_wrong_backward(monkeypatch):
     """The whole-model check is sharp enough to catch a slightly wrong layer backward."""
     from posenc_np import layers
