@@ -212,13 +212,14 @@ def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
                    "train_seq_len": train_task.seq_len, "eval_seq_len": task.seq_len,
                    "train_steps": cfg.steps, "final_train_loss": final_loss, "train_seconds": train_seconds}
             if run["encoding"] == "learned" and task.seq_len > mcfg.max_len:
-                rec.update(status="n/a", token_accuracy=None, exact_match=None, loss=None,
+                rec.update(status="n/a", token_accuracy=None, exact_match=None, token_accuracy_beyond=None, loss=None,
                            note=f"positions {mcfg.max_len}..{task.seq_len - 1} are past the learned table of "
                                 f"{mcfg.max_len} rows (a learned table cannot extrapolate; not clamped)")
             else:
-                m = evaluate(model, tokens, targets, batch_size=64)
+                m = evaluate(model, tokens, targets, batch_size=64, beyond=train_task.seq_len)
                 rec.update(status="ok", token_accuracy=m["token_accuracy"], exact_match=m["exact_match"],
-                           loss=m["loss"], n_sequences=m["n_sequences"], note="")
+                           token_accuracy_beyond=m["token_accuracy_beyond"], loss=m["loss"],
+                           n_sequences=m["n_sequences"], note="")
             records.append(rec)
     return records
 
@@ -230,22 +231,28 @@ def _fmt(v) -> str:
 
 
 def write_markdown(results: dict, path) -> str:
-    """Markdown tables (token accuracy / exact match per task and eval length); returns the text."""
+    """Markdown tables per task: token accuracy / exact match at every eval length, token
+    accuracy on the positions past the training length, final training loss. Returns the text."""
     meta, records = results["meta"], results["records"]
     factors = meta["config"]["eval_factors"]
+    longer = [f for f in factors if f > 1]
     L = meta["config"]["train_len"]
     lines = [f"Trained at size L = {L} ({2 * L + 1} tokens), evaluated at "
-             + ", ".join(f"{f}L" for f in factors) + ". Cells: token accuracy / exact match "
-             "(teacher forced); n/a = past the learned table.", ""]
+             + ", ".join(f"{f}L" for f in factors) + ". Cells `a / e`: token accuracy / exact match "
+             "(teacher forced). *beyond*: token accuracy on positions past the training length only. "
+             "n/a: past the learned table.", ""]
     labels = list(dict.fromkeys(r["label"] for r in records))
     for task in dict.fromkeys(r["task"] for r in records):
-        lines += [f"### {task}", "", "| encoding | " + " | ".join(f"{f}L" for f in factors) + " | train loss |",
-                  "|---|" + "---|" * (len(factors) + 1)]
+        lines += [f"### {task}", "",
+                  "| encoding | " + " | ".join(f"{f}L" for f in factors) + " | "
+                  + " | ".join(f"{f}L beyond" for f in longer) + " | train loss |",
+                  "|---|" + "---|" * (len(factors) + len(longer) + 1)]
         for label in labels:
             rs = {r["eval_factor"]: r for r in records if r["label"] == label and r["task"] == task}
             if not rs:
                 continue
             cells = [f"{_fmt(rs[f]['token_accuracy'])} / {_fmt(rs[f]['exact_match'])}" if f in rs else "" for f in factors]
+            cells += [_fmt(rs[f].get("token_accuracy_beyond")) if f in rs else "" for f in longer]
             lines.append(f"| {label} | " + " | ".join(cells) + f" | {next(iter(rs.values()))['final_train_loss']:.3f} |")
         lines.append("")
     text = "\n".join(lines)

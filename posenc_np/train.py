@@ -242,16 +242,17 @@ def _norm(grads):
     return global_norm(grads)
 
 
-def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64) -> dict:
+def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyond: int | None = None) -> dict:
     """Teacher-forced metrics on scored positions (``targets != -100``).
 
     ``token_accuracy``: fraction of scored positions whose arg-max equals the target;
     ``exact_match``: fraction of sequences with every scored position right (under teacher
     forcing this equals greedy decoding reproducing the whole answer); ``loss``: mean
-    cross-entropy.
+    cross-entropy. With ``beyond=P`` also ``token_accuracy_beyond``: the token accuracy over
+    scored positions with index ``>= P`` (e.g. past the training length; None if there are none).
     """
     tokens, targets = np.asarray(tokens), np.asarray(targets)
-    correct = scored = seq_ok = 0
+    correct = scored = seq_ok = correct_beyond = scored_beyond = 0
     loss_sum = 0.0
     for i in range(0, len(tokens), batch_size):
         tok, tgt = tokens[i:i + batch_size], targets[i:i + batch_size]
@@ -263,5 +264,11 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64) -> di
         correct += int(hit.sum())
         scored += int(keep.sum())
         seq_ok += int(np.all(hit | ~keep, axis=1).sum())
-    return {"token_accuracy": correct / max(scored, 1), "exact_match": seq_ok / max(len(tokens), 1),
-            "loss": loss_sum / max(scored, 1), "n_sequences": int(len(tokens)), "n_scored": scored}
+        if beyond is not None:
+            correct_beyond += int(hit[:, beyond:].sum())
+            scored_beyond += int(keep[:, beyond:].sum())
+    out = {"token_accuracy": correct / max(scored, 1), "exact_match": seq_ok / max(len(tokens), 1),
+           "loss": loss_sum / max(scored, 1), "n_sequences": int(len(tokens)), "n_scored": scored}
+    if beyond is not None:
+        out["token_accuracy_beyond"] = correct_beyond / scored_beyond if scored_beyond else None
+    return out

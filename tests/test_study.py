@@ -71,11 +71,17 @@ def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
         else:
             assert r["status"] == "ok"
             assert 0.0 <= r["exact_match"] <= r["token_accuracy"] <= 1.0
+            if r["eval_factor"] == 1:
+                assert r["token_accuracy_beyond"] is None  # nothing lies past the training length
+            else:
+                assert 0.0 <= r["token_accuracy_beyond"] <= 1.0
+                if r["task"] != "lag":  # every copy/reverse answer token lies past 2L+1 >= train length
+                    assert r["token_accuracy_beyond"] == r["token_accuracy"]
             assert np.isfinite(r["loss"]) and r["loss"] > 0
     md = (tmp_path / "results.md").read_text()
     for task in ("copy", "reverse", "lag"):
         assert f"### {task}" in md
-    assert md.count("| learned+concat |") == 3 and "n/a / n/a" in md
+    assert md.count("| learned+concat |") == 3 and "n/a / n/a" in md and "2L beyond" in md
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

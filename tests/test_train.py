@@ -182,7 +182,10 @@ def test_evaluate_metrics_by_hand():
 
     tokens = np.zeros((2, 3), dtype=int)
     targets = np.array([[2, -100, 2], [2, 3, -100]])
-    m = evaluate(Fixed(), tokens, targets)
+    m = evaluate(Fixed(), tokens, targets, beyond=1)
     assert m["token_accuracy"] == pytest.approx(3 / 4)
     assert m["exact_match"] == pytest.approx(1 / 2)
     assert m["n_scored"] == 4
+    assert m["token_accuracy_beyond"] == pytest.approx(1 / 2)  # positions 1, 2: hit, miss
+    assert evaluate(Fixed(), tokens, targets, beyond=3)["token_accuracy_beyond"] is None
+    assert "token_accuracy_beyond" not in evaluate(Fixed(), tokens, targets)
