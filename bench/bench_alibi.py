@@ -146,10 +146,11 @@ class _PeakMeter:
     """Growth of the peak resident set over a baseline taken at construction.
 
     glibc's ``malloc_trim(0)`` first returns freed heap pages to the system (else a call could
-    reuse resident pages unseen). Linux: reset the high-water mark (``echo 5 > /proc/self/clear_refs``), baseline = current
-    ``VmRSS``, peak = ``VmHWM``. Elsewhere (or if the reset is refused): ``ru_maxrss`` after
-    minus ``ru_maxrss`` at the baseline. (Not ``ru_maxrss`` alone on Linux: a child process
-    inherits its parent's resident size as its starting ``ru_maxrss``.)
+    reuse resident pages unseen). Linux: reset the high-water mark
+    (``echo 5 > /proc/self/clear_refs``), baseline = current ``VmRSS``, peak = ``VmHWM``.
+    Elsewhere (or if the reset is refused): ``ru_maxrss`` after minus ``ru_maxrss`` at the
+    baseline. (Not ``ru_maxrss`` alone on Linux: a child process inherits its parent's
+    resident size as its starting ``ru_maxrss``.)
     """
 
     def __init__(self):
@@ -380,7 +381,8 @@ def _markdown(res, quick):
         f"{max(1, res['repeats'] // 2)}. GFLOP/s counts the useful 2·T²·D·H forward FLOP (3.5x that "
         "for forward + backward) for every method. Peak memory = growth of the peak resident set "
         "(Linux `VmHWM` after a reset) caused by the first call, in a fresh subprocess per row "
-        "(outputs included; torch's forward includes its (H, T, T) float mask). `numpy` = `alibi.attention(backend=\"numpy\")` (materialised bias, "
+        "(outputs included; torch's forward includes its (H, T, T) float mask). "
+        "`numpy` = `alibi.attention(backend=\"numpy\")` (materialised bias, "
         "logits, probabilities); `numba` = fused kernel; `torch` = `scaled_dot_product_attention` with "
         "the float ALiBi mask, 2 threads" + ("" if res["torch_available"] else " (torch not installed: skipped)")
         + ".",

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import threading
 import tracemalloc
-import warnings
 
 import numpy as np
 import pytest
