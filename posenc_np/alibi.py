@@ -185,14 +185,22 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
 def _resolve_backend(backend, q, k) -> str:
     """Pick the implementation for :func:`attention`; the one place that decides.
 
-    ``"auto"`` and ``"numpy"`` give the NumPy reference today. ``"numba"`` (the fused kernel
-    of the kernels issue) is not available yet and raises ``ValueError``.
+    ``"numpy"``: the reference with a materialised bias. ``"numba"``: the fused, tiled kernel
+    (:mod:`posenc_np.kernels.alibi`; float32/float64 only). ``"auto"``: the kernel when the
+    dtype allows it and ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (measured crossover, see
+    ``docs/benchmarks.md``), NumPy below. Numba is imported only when the kernel is chosen.
     """
     backend = check_choice(backend, "backend", BACKENDS)
+    if backend == "numpy":
+        return "numpy"
+    kernel_dtype = q.dtype in (np.float32, np.float64)
     if backend == "numba":
-        raise ValueError("backend='numba' (fused ALiBi attention kernel) is not available yet; "
-                         "use backend='numpy' or 'auto'")
-    return "numpy"
+        if not kernel_dtype:
+            raise TypeError(f"backend='numba' needs float32 or float64 inputs, got {q.dtype}")
+        return "numba"
+    from .kernels.alibi import ALIBI_NUMBA_MIN_T
+
+    return "numba" if kernel_dtype and max(q.shape[-2], k.shape[-2]) >= ALIBI_NUMBA_MIN_T else "numpy"
 
 
 def _forward_numpy(q, k, v, m, causal, scale):
@@ -208,9 +216,26 @@ def _backward_numpy(dout, inner):
     return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
 
 
+def _forward_numba(q, k, v, m, causal, scale):
+    from .kernels.alibi import alibi_attention_forward
+
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else check_real(scale, "scale", positive=True)
+    # q_offset=None is the same bottom-right alignment as the NumPy path.
+    out, lse = alibi_attention_forward(q, k, v, m, causal=causal, scale=scale)
+    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "slopes": m, "causal": causal, "scale": scale}
+
+
+def _backward_numba(dout, inner):
+    from .kernels.alibi import alibi_attention_backward
+
+    dq, dk, dv = alibi_attention_backward(dout, inner["q"], inner["k"], inner["v"], inner["out"], inner["lse"],
+                                          inner["slopes"], causal=inner["causal"], scale=inner["scale"])
+    return {"q": dq, "k": dk, "v": dv}
+
+
 #: Forward/backward implementations by resolved backend name.
-_FORWARD = {"numpy": _forward_numpy}
-_BACKWARD = {"numpy": _backward_numpy}
+_FORWARD = {"numpy": _forward_numpy, "numba": _forward_numba}
+_BACKWARD = {"numpy": _backward_numpy, "numba": _backward_numba}
 
 
 def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend: str = "auto"):
@@ -238,7 +263,9 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
         Logit scale, default :math:`1/\sqrt{d}`; the bias is added after it.
     backend : {"auto", "numpy", "numba"}
         ``"numpy"`` is the reference with a materialised ``(heads, q_len, k_len)`` bias;
-        ``"numba"`` is not available yet.
+        ``"numba"`` the fused kernel (online softmax, never materialises the bias or the
+        scores; float32/float64); ``"auto"`` the kernel from
+        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up, NumPy below.
 
     Returns
     -------

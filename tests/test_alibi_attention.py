@@ -155,16 +155,38 @@ def test_float32_in_float32_out():
 
 
 def test_backend_choice():
+    from posenc_np.kernels.alibi import ALIBI_NUMBA_MIN_T
+
     rng = np.random.default_rng(6)
     q, k, v = _qkv(rng, (), 2, 3, 3, 4)
     auto, c1 = alibi.attention(q, k, v, backend="auto")
     ref, c2 = alibi.attention(q, k, v, backend="numpy")
-    assert c1["backend"] == c2["backend"] == "numpy"
+    assert c1["backend"] == c2["backend"] == "numpy"  # below the kernel's threshold
     np.testing.assert_array_equal(auto, ref)
-    with pytest.raises(ValueError, match="numba.*not available yet"):
-        alibi.attention(q, k, v, backend="numba")
+    fused, c3 = alibi.attention(q, k, v, backend="numba")
+    assert c3["backend"] == "numba"
+    np.testing.assert_allclose(fused, ref, rtol=1e-12, atol=1e-13)
     with pytest.raises(ValueError, match="backend must be one of .*got 'cuda'"):
         alibi.attention(q, k, v, backend="cuda")
+    with pytest.raises(TypeError, match="float32 or float64 inputs, got float16"):
+        alibi.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), backend="numba")
+    half, c4 = alibi.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16))
+    assert c4["backend"] == "numpy" and half.dtype == np.float16
+    long_q, long_k, long_v = _qkv(rng, (), 2, ALIBI_NUMBA_MIN_T, ALIBI_NUMBA_MIN_T, 4)
+    assert alibi.attention(long_q, long_k, long_v)[1]["backend"] == "numba"
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_numba_backend_matches_numpy_forward_and_backward(causal):
+    rng = np.random.default_rng(11)
+    q, k, v = _qkv(rng, (2,), 3, 70, 75, 8)
+    dout = rng.standard_normal((2, 3, 70, 8))
+    out_np, c_np = alibi.attention(q, k, v, causal=causal, backend="numpy")
+    out_nb, c_nb = alibi.attention(q, k, v, causal=causal, backend="numba")
+    np.testing.assert_allclose(out_nb, out_np, rtol=1e-11, atol=1e-12)
+    g_np, g_nb = alibi.attention_backward(dout, c_np), alibi.attention_backward(dout, c_nb)
+    for key in ("q", "k", "v"):
+        np.testing.assert_allclose(g_nb[key], g_np[key], rtol=1e-10, atol=1e-11)
 
 
 def test_backward_rejects_foreign_cache():
