@@ -20,10 +20,12 @@ Variants, each timed on the same arrays (float32, ``x`` of shape ``(B, H, T, 128
 
 Bytes-moved model (stated per row in the table): tables: read ``x`` + ``cos`` + ``sin``, write
 ``y``; in place: the same (``y`` is ``x``); angles: read ``x`` + positions + ``inv_freq``,
-write ``y``. GB/s = bytes / median time; % of roofline = GB/s over the in-run roofline
-(``bench/roofline.py``, the better of copy and triad) at ``x``'s size; speed-up = NumPy time
-over the variant's time. Variants are timed in interleaved rounds (one call of each per
-round), so drift on a shared machine hits them alike; warm-up rounds are not counted.
+write ``y``. GB/s = bytes / median time; % of roofline = GB/s over the in-run roofline at ``x``'s size
+(``bench/roofline.py``: the better of NumPy copy ``x -> y`` and the Numba triad
+``y = x + 0.5 z``; for the in-place variant also the in-place scale ``y *= -1``); speed-up
+= NumPy time over the variant's time. The variants *and the roofline kernels* are timed in
+interleaved rounds (one call of each per round), so drift on a shared machine hits them
+alike; warm-up rounds are not counted.
 """
 
 from __future__ import annotations
@@ -102,12 +104,10 @@ def _case(shape, order, layout, rng):
     return x, cos, sin, positions, freqs
 
 
-def _roofline_at(nbytes: int, cache: dict, repeats: int) -> dict:
-    from roofline import measure
+def _roofline_kernels():
+    from roofline import _triad_kernel
 
-    if nbytes not in cache:
-        cache[nbytes] = measure(nbytes, repeats)
-    return cache[nbytes]
+    return _triad_kernel()
 
 
 def _size(nbytes: int) -> str:
@@ -116,14 +116,13 @@ def _size(nbytes: int) -> str:
     return size(nbytes)
 
 
-def run(quick: bool = False, roofline_cache: dict | None = None) -> dict:
+def run(quick: bool = False) -> dict:
     """Time every variant at every size, both layouts, forward and backward."""
     from posenc_np.kernels import rope_apply, rope_apply_angles
 
     torch = _torch()
     rng = np.random.default_rng(0)
     sizes = QUICK_SIZES if quick else SIZES
-    roofs = {} if roofline_cache is None else roofline_cache
     rows = []
     for label, shape, order in sizes:
         big = np.prod(shape) * 4 >= (256 << 20)
@@ -132,8 +131,7 @@ def run(quick: bool = False, roofline_cache: dict | None = None) -> dict:
             x, cos, sin, positions, freqs = _case(shape, order, layout, rng)
             y = np.empty_like(x)
             z = x.copy()  # rotated in place over and over (a rotation keeps it bounded)
-            roof_row = _roofline_at(x.nbytes, roofs, 5 if quick else 11)
-            roof, roof_inplace = roof_row["roofline_GBps"], roof_row["inplace_roofline_GBps"]
+            triad, scale = _roofline_kernels()
             for direction in ("forward", "backward"):
                 inverse = direction == "backward"
                 reference = rope.apply_backward if inverse else rope.apply
@@ -148,7 +146,16 @@ def run(quick: bool = False, roofline_cache: dict | None = None) -> dict:
                     tx, tc = torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(cos))
                     ts = torch.from_numpy(np.ascontiguousarray(-sin if inverse else sin))
                     fns["torch"] = lambda: rotate(tx, tc, ts)
+                # The roofline is timed in the same rounds, so drift hits it like the variants.
+                fns["_copy"] = lambda: np.copyto(y, x)
+                fns["_triad"] = lambda: triad(y, x, z, np.float32(0.5))
+                fns["_scale"] = lambda: scale(y, np.float32(-1.0))
                 times = _interleaved_rounds(fns, repeats)
+                copy_gbs = 2 * x.nbytes / times.pop("_copy") / 1e9
+                triad_gbs = 3 * x.nbytes / times.pop("_triad") / 1e9
+                scale_gbs = 2 * x.nbytes / times.pop("_scale") / 1e9
+                roof = max(copy_gbs, triad_gbs)
+                roof_inplace = max(roof, scale_gbs)
                 table_bytes = cos.nbytes + sin.nbytes
                 moved = {
                     "numpy": 2 * x.nbytes + table_bytes,
@@ -171,7 +178,8 @@ def run(quick: bool = False, roofline_cache: dict | None = None) -> dict:
                     "size": label, "shape": list(shape), "order": order, "layout": layout,
                     "direction": direction, "dtype": "float32", "x_bytes": int(x.nbytes),
                     "table_bytes": int(table_bytes), "roofline_GBps": roof,
-                    "inplace_roofline_GBps": roof_inplace, "repeats": repeats,
+                    "inplace_roofline_GBps": roof_inplace, "copy_GBps": copy_gbs, "triad_GBps": triad_gbs,
+                    "scale_inplace_GBps": scale_gbs, "repeats": repeats,
                     "variants": variants,
                 })
     result = {"rows": rows, "torch": getattr(torch, "__version__", None), "head_dim": HEAD_DIM,
@@ -222,10 +230,10 @@ def _markdown(result) -> str:
         "Bytes moved per call: NumPy, Numba, in place and torch read `x`, `cos` and `sin` and write "
         "`y` (`2|x| + |cos| + |sin|`; the `(T, 128)` tables are 1/(B*H) of `x`); angles on the fly "
         "read `x`, the positions and `inv_freq` and write `y`. Speed-up is over the NumPy reference "
-        "(`rope.apply(..., backend=\"numpy\")`). Roofline = better of NumPy copy and Numba triad at the "
-        "size of `x`; the in-place column's % is of the in-place roofline (in brackets: best of copy, "
-        f"triad and an in-place scale). Median of {', '.join(map(str, repeats))} interleaved rounds after "
-        "a warm-up round.",
+        "(`rope.apply(..., backend=\"numpy\")`). Roofline = better of NumPy copy and Numba triad on "
+        "arrays the size of `x`, timed in the same rounds as the variants; the in-place column's % is of "
+        "the in-place roofline (in brackets: best of copy, triad and an in-place scale). Median of "
+        f"{', '.join(map(str, repeats))} interleaved rounds after a warm-up round.",
         "",
         *lines,
     ]

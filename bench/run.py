@@ -260,19 +260,16 @@ def main(argv=None) -> int:
 
     results = {"quick": args.quick, "sections_run": wanted, "machine": machine(), "sections": {}}
     t_start = time.perf_counter()
-    roofs: dict = {}
     if "roofline" in wanted:
         import roofline
 
         print("roofline ...", flush=True)
         results["sections"]["roofline"] = roofline.run(args.quick)
-        for row in results["sections"]["roofline"]["rows"]:
-            roofs[row["array_bytes"]] = row
     if "rope" in wanted:
         import bench_rope
 
         print("rope ...", flush=True)
-        results["sections"]["rope"] = bench_rope.run(args.quick, roofline_cache=roofs)
+        results["sections"]["rope"] = bench_rope.run(args.quick)
         print("rope threshold ...", flush=True)
         results["sections"]["rope_threshold"] = bench_rope.threshold(args.quick)
     if "alibi" in wanted:

@@ -527,3 +527,22 @@ def test_nothing_writable_compiles_without_cache(tmp_path):
         print("ok")
     """.format(bad=str(blocker / "cache"))
     assert run_python(code).stdout.strip() == "ok"
+
+
+def test_shared_blas_limit_is_reentrant_and_restored():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    with _numba.blas_single_thread():
+        before_inner = blas_threads()
+        with _numba.blas_single_thread():
+            assert set(blas_threads()) == {1}
+        assert blas_threads() == before_inner  # an inner exit does not lift the limit
+        assert set(blas_threads()) == {1}
+    outside = blas_threads()
+    with _numba.blas_single_thread():
+        pass
+    assert blas_threads() == outside
+    assert _numba.FASTMATH.isdisjoint({"nnan", "ninf", "fast"})

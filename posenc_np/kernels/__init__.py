@@ -50,4 +50,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | set(_SUBMODULES))
+    return sorted(set(_EXPORTS) | set(_SUBMODULES))

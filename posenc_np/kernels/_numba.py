@@ -22,7 +22,8 @@ gets the same guarantees:
     Context manager: BLAS pools limited to one thread (threadpoolctl) for a parallel region
     that calls BLAS (``np.dot`` in ``prange``): two cores are already busy with Numba's
     threads, a threaded BLAS inside them oversubscribes, and OpenBLAS under an OpenMP
-    parallel region warns "Detect OpenMP Loop and this application may hang".
+    parallel region warns "Detect OpenMP Loop and this application may hang". Thread-safe
+    and re-entrant (reference-counted: the last caller out restores the setting).
 ``launch_guard()``
     Context manager around a parallel kernel call: a no-op under the thread-safe ``omp`` and
     ``tbb`` threading layers, a process-wide lock under ``workqueue`` (which must not be
@@ -142,16 +143,46 @@ def njit_kernel(**overrides):
     return decorate
 
 
-@contextlib.contextmanager
-def blas_single_thread():
-    """Limit BLAS thread pools to one thread for the duration (threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a numba/scipy dependency in practice
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
+class blas_single_thread:
+    """Context manager: every loaded BLAS limited to one thread; thread-safe and re-entrant.
+
+    The limit is process-wide (BLAS has no per-thread setting), so concurrent callers share
+    it: the first one in sets it and the last one out restores the previous setting (a plain
+    ``threadpool_limits`` per caller would let an early leaver re-enable BLAS threads under a
+    running kernel, and a late leaver leave BLAS at one thread for good). scipy's BLAS, the
+    one Numba's ``np.dot`` calls, is loaded before the first limit so that it is covered.
+    One ``ThreadpoolController`` is reused: a new one rescans the loaded libraries (~1 ms).
+    (Design from the ALiBi kernel, ``posenc_np/kernels/alibi.py``.)
+    """
+
+    _lock = threading.Lock()
+    _depth = 0
+    _controller = None
+    _limiter = None
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0:
+                if cls._controller is None:
+                    try:
+                        import scipy.linalg.cython_blas  # noqa: F401  (the BLAS Numba's np.dot uses)
+                    except ImportError:  # pragma: no cover - scipy is a dependency
+                        pass
+                    from threadpoolctl import ThreadpoolController
+                    cls._controller = ThreadpoolController()
+                cls._limiter = cls._controller.limit(limits=1, user_api="blas")
+            cls._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                cls._limiter.restore_original_limits()
+                cls._limiter = None
+        return False
 
 
 _launch_lock = threading.RLock()
