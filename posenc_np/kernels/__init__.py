@@ -8,19 +8,31 @@ import Numba. Accessing a name (``posenc_np.kernels.rope_apply``) imports its su
 (and Numba); a kernel compiles on its first call and is cached on disk (see
 :mod:`posenc_np.kernels._numba` for the cache directory and the shared compile settings).
 
-Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_angles``,
-``ROPE_NUMBA_MIN_ELEMENTS``) and, when present, :mod:`~posenc_np.kernels.alibi`.
+Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_angles``) and
+:mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``). ``ROPE_NUMBA_MIN_ELEMENTS``,
+the ``backend="auto"`` switch for RoPE, is defined here and needs no Numba.
 """
 
 from __future__ import annotations
 
 import importlib
 
+#: ``backend="auto"`` uses the RoPE kernel when ``x.size`` is at least this many elements
+#: and NumPy below. Defined here rather than in ``rope`` so that reading it does not import
+#: Numba (``posenc_np.kernels.rope`` re-exports it). Measured with ``bench/bench_rope.py``
+#: (``threshold``; the same sweep runs in ``python bench/run.py --only rope``): NumPy's
+#: rotation (``rope._rotate_numpy``) against ``rope_apply`` (with its ~25 us of Python
+#: planning), ``(1, 8, T, 128)`` float32, median of 21, on the 2-core AMD EPYC (znver4) dev
+#: box, numpy 2.4.6, numba 0.68.1, 2026-11-30. The kernel wins from 2^14 elements
+#: (interleaved: 35 vs 29 us) and from 2^15 (half: 40 vs 34 us; at 2^14: 24 vs 30 us),
+#: forward and backward alike, and by 2-3x at 2^16-2^17. Preliminary: the machine was shared
+#: (load 2-4), which distorts only the 2-thread calls (>= 2^18); re-measure on a quiet machine.
+ROPE_NUMBA_MIN_ELEMENTS = 1 << 15
+
 # public name -> submodule that defines it
 _EXPORTS = {
     "rope_apply": "rope",
     "rope_apply_angles": "rope",
-    "ROPE_NUMBA_MIN_ELEMENTS": "rope",
 }
 _SUBMODULES = ("rope", "alibi")
 
@@ -50,4 +62,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(_EXPORTS) | set(_SUBMODULES))
+    return sorted(set(_EXPORTS) | set(_SUBMODULES) | {"ROPE_NUMBA_MIN_ELEMENTS"})

@@ -68,16 +68,9 @@ __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]
 
 LAYOUTS = ("half", "interleaved")
 
-#: ``backend="auto"`` uses the Numba kernel when ``x.size`` is at least this many elements
-#: and NumPy below. Measured with ``bench/bench_rope.py`` (``threshold``; the same sweep runs
-#: in ``python bench/run.py --only rope``): NumPy's rotation (``rope._rotate_numpy``) against
-#: ``rope_apply`` (with its ~25 us of Python planning), ``(1, 8, T, 128)`` float32, median of
-#: 21, on the 2-core AMD EPYC (znver4) dev box, numpy 2.4.6, numba 0.68.1, 2026-11-30. The
-#: kernel wins from 2^14 elements (interleaved: 35 vs 29 us) and from 2^15 (half: 40 vs
-#: 34 us; 2^14: 24 vs 30 us), forward and backward alike, and by 2-3x at 2^16-2^17.
-#: Preliminary: the machine was shared (load 2-4), which only hurts 2-thread calls;
-#: re-measure on a quiet machine.
-ROPE_NUMBA_MIN_ELEMENTS = 1 << 15
+# ``backend="auto"``'s switch, defined (with its measurement) in the package
+# ``posenc_np/kernels/__init__.py`` so that ``rope.apply`` can read it without importing Numba.
+from . import ROPE_NUMBA_MIN_ELEMENTS  # noqa: E402,F401
 
 # RoPE needs no contraction: without ``contract`` each product and sum is rounded exactly as
 # the NumPy reference rounds it, so the table path matches it bit for bit.
