@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 
 import numba
 import numpy as np
@@ -419,16 +420,23 @@ def _plan(lead, x_strides, out_strides, table_strides, other_strides, threads, t
                                tile_row_bytes)
     plan = (xa, xi, oa, oi, ca, ci, sa, si, a_block, b_block, tables_inner)
     if xa.shape[0] + xi.shape[0] <= _PLAN_CACHE_ROWS:
-        if len(_PLANS) >= _PLAN_CACHE_SIZE:
-            _PLANS.pop(next(iter(_PLANS)), None)
-        _PLANS[key] = plan
+        _remember(_PLANS, key, plan)
     return plan
+
+
+def _remember(cache: dict, key, value):
+    """Insert into a small FIFO cache (thread-safe: two Python threads may plan at once)."""
+    with _CACHE_LOCK:
+        if len(cache) >= _PLAN_CACHE_SIZE:
+            cache.pop(next(iter(cache)), None)
+        cache[key] = value
 
 
 # Plans (offset arrays, read-only) of recent small geometries: a training loop calls the
 # kernel with the same shapes again and again. Large geometries are not cached (building
 # their offsets is cheap next to the kernel, and they would pin memory).
 _PLANS: dict = {}
+_CACHE_LOCK = threading.Lock()
 _PLAN_CACHE_SIZE = 32
 _PLAN_CACHE_ROWS = 1 << 16
 
@@ -540,9 +548,7 @@ def _tile_rows(n_p: int, rotary: int) -> np.ndarray:
     if rows is None:
         rows = _readonly(np.arange(n_p, dtype=np.int64) * rotary)
         if n_p <= _PLAN_CACHE_ROWS:
-            if len(_TILE_ROWS) >= _PLAN_CACHE_SIZE:
-                _TILE_ROWS.pop(next(iter(_TILE_ROWS)), None)
-            _TILE_ROWS[key] = rows
+            _remember(_TILE_ROWS, key, rows)
     return rows
 
 
