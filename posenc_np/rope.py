@@ -66,10 +66,23 @@ MROPE_VARIANTS = ("qwen2-vl", "qwen3-vl")
 # --------------------------------------------------------------------------- helpers
 
 def _resolve_backend(backend, x) -> str:
-    """The one place that picks the implementation of the rotation (kernels plug in here)."""
+    """The one place that picks the implementation of the rotation.
+
+    ``"numpy"``: :func:`_rotate_numpy`. ``"numba"``: the kernel :func:`posenc_np.kernels.rope_apply`
+    (float32/float64 only). ``"auto"``: the kernel from ``ROPE_NUMBA_MIN_ELEMENTS`` elements of
+    ``x`` up (the measured crossover; reading it does not import Numba), NumPy below.
+    """
     backend = check_choice(backend, "backend", BACKENDS)
+    fits = x.dtype in (np.float32, np.float64)
     if backend == "numba":
-        raise ValueError("backend='numba' is not available yet (no RoPE kernel); use 'auto' or 'numpy'")
+        if not fits:
+            raise TypeError(f"backend='numba' needs float32 or float64 input, got {x.dtype}")
+        return "numba"
+    if backend == "auto" and fits:
+        from .kernels import ROPE_NUMBA_MIN_ELEMENTS
+
+        if x.size >= ROPE_NUMBA_MIN_ELEMENTS:
+            return "numba"
     return "numpy"
 
 
@@ -101,8 +114,8 @@ def _pair_slices(n: int, layout: str) -> tuple[slice, slice]:
     return (slice(0, n), slice(n, 2 * n)) if layout == "half" else (slice(0, 2 * n, 2), slice(1, 2 * n, 2))
 
 
-def _pair_values(table: np.ndarray, layout: str, name: str) -> np.ndarray:
-    """The per-pair values of a cos/sin table, after checking both members of each pair agree.
+def _check_pairs(table: np.ndarray, layout: str, name: str) -> None:
+    """Both members of each pair of a cos/sin table must hold the same value.
 
     A table built for the other layout fails this check (unless every angle is equal), which
     catches the classic half/interleaved mix-up instead of rotating the wrong channels.
@@ -112,11 +125,10 @@ def _pair_values(table: np.ndarray, layout: str, name: str) -> np.ndarray:
         raise ValueError(f"{name} is not a {layout!r}-layout table: the two channels of each pair differ "
                          f"(expected {'[c | c]' if layout == 'half' else '[c0, c0, c1, c1, ...]'}; "
                          "was it built for the other layout?)")
-    return table[..., first]
 
 
 def _prepare(x, cos, sin, layout, backend, name):
-    """Validate a rotation call; return ``(x, per-pair cos, per-pair sin, layout, backend)``."""
+    """Validate a rotation call; return ``(x, cos, sin, layout, backend)``."""
     layout = check_choice(layout, "layout", LAYOUTS)
     x = np.asarray(x)
     check_float_dtype(x.dtype, f"{name}.dtype")
@@ -140,18 +152,23 @@ def _prepare(x, cos, sin, layout, backend, name):
                          f"{x.shape[:-1]} (shapes {cos.shape} and {x.shape})")
     if not (np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))):
         raise ValueError("cos and sin must be finite (no NaN or inf)")
-    c = _pair_values(cos, layout, "cos").astype(x.dtype, copy=False)
-    s = _pair_values(sin, layout, "sin").astype(x.dtype, copy=False)
-    return x, c, s, layout, _resolve_backend(backend, x)
+    _check_pairs(cos, layout, "cos")
+    _check_pairs(sin, layout, "sin")
+    return x, cos, sin, layout, _resolve_backend(backend, x)
 
 
-def _rotate_numpy(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: str) -> np.ndarray:
+def _rotate_numpy(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool) -> np.ndarray:
     """Rotate each pair ``(a, b)`` of ``x`` to ``(a c - b s, a s + b c)``; channels past the pairs copy.
 
-    ``c``/``s`` are per pair (``(..., n)``). Forward passes ``s = sin t``, backward ``-sin t``.
+    ``c``/``s`` are the per-pair values of the tables, cast to ``x``'s dtype. The forward
+    rotation uses ``s = sin t``, the inverse (the backward) ``s = -sin t``.
     """
-    n = c.shape[-1]
+    n = cos.shape[-1] // 2
     first, second = _pair_slices(n, layout)
+    c = cos[..., first].astype(x.dtype, copy=False)
+    s = sin[..., first].astype(x.dtype, copy=False)
+    if inverse:
+        s = -s
     a, b = x[..., first], x[..., second]
     out = np.empty_like(x)
     out[..., first] = a * c - b * s
@@ -160,8 +177,15 @@ def _rotate_numpy(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: str) -> n
     return out
 
 
+def _rotate_numba(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool) -> np.ndarray:
+    """The same rotation by the Numba kernel (bit-identical to :func:`_rotate_numpy` on valid tables)."""
+    from .kernels import rope_apply
+
+    return rope_apply(x, cos, sin, layout=layout, inverse=inverse)
+
+
 #: Rotation implementations by backend name (what _resolve_backend returns).
-_ROTATE = {"numpy": _rotate_numpy}
+_ROTATE = {"numpy": _rotate_numpy, "numba": _rotate_numba}
 
 
 # --------------------------------------------------------------------------- cos/sin, apply, backward
@@ -214,15 +238,16 @@ def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.nda
         layout check).
     layout : {"half", "interleaved"}
     backend : {"auto", "numpy", "numba"}
-        Only NumPy exists today; ``"numba"`` raises.
+        ``"numba"``: the parallel kernel (float32/float64; bit-identical results);
+        ``"auto"``: the kernel for ``x.size >= ROPE_NUMBA_MIN_ELEMENTS``, NumPy below.
 
     Returns
     -------
     ndarray, shape and dtype of ``x``
         Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
     """
-    x, c, s, layout, backend = _prepare(x, cos, sin, layout, backend, "x")
-    return _ROTATE[backend](x, c, s, layout)
+    x, cos, sin, layout, backend = _prepare(x, cos, sin, layout, backend, "x")
+    return _ROTATE[backend](x, cos, sin, layout, False)
 
 
 def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
@@ -234,8 +259,8 @@ def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto")
     (also xPos-scaled or with an attention factor); it is the *inverse* of :func:`apply` only
     when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale).
     """
-    dy, c, s, layout, backend = _prepare(dy, cos, sin, layout, backend, "dy")
-    return _ROTATE[backend](dy, c, -s, layout)
+    dy, cos, sin, layout, backend = _prepare(dy, cos, sin, layout, backend, "dy")
+    return _ROTATE[backend](dy, cos, sin, layout, True)
 
 
 def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",

@@ -190,14 +190,27 @@ def test_dtype_float32_in_float32_out_angles_in_float64():
     assert rope.apply_backward(x, c32, s32).dtype == np.float32
 
 
-def test_backends():
-    x = np.random.default_rng(6).standard_normal((3, 8))
-    cos, sin = rope.cos_sin(np.arange(3), rope.inv_freq(8)[0])
-    np.testing.assert_array_equal(rope.apply(x, cos, sin, backend="numpy"), rope.apply(x, cos, sin, backend="auto"))
-    with pytest.raises(ValueError, match="numba.*not available yet"):
-        rope.apply(x, cos, sin, backend="numba")
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_backends(layout):
+    from posenc_np.kernels import ROPE_NUMBA_MIN_ELEMENTS
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 10))
+    cos, sin = rope.cos_sin(np.arange(3), rope.inv_freq(8)[0], layout=layout)
+    ref = rope.apply(x, cos, sin, layout=layout, backend="numpy")
+    np.testing.assert_array_equal(ref, rope.apply(x, cos, sin, layout=layout, backend="auto"))
+    # the kernel is bit-identical to the reference, forward and backward, partial rotary included
+    np.testing.assert_array_equal(ref, rope.apply(x, cos, sin, layout=layout, backend="numba"))
+    np.testing.assert_array_equal(rope.apply_backward(x, cos, sin, layout=layout, backend="numpy"),
+                                  rope.apply_backward(x, cos, sin, layout=layout, backend="numba"))
+    big = rng.standard_normal((ROPE_NUMBA_MIN_ELEMENTS // 10 + 1, 10)).astype(np.float32)
+    cos, sin = rope.cos_sin(np.arange(len(big)), rope.inv_freq(8)[0], layout=layout)
+    np.testing.assert_array_equal(rope.apply(big, cos, sin, layout=layout),  # auto -> numba here
+                                  rope.apply(big, cos, sin, layout=layout, backend="numpy"))
+    with pytest.raises(TypeError, match="float32 or float64 input, got float16"):
+        rope.apply(x.astype(np.float16), cos[:3], sin[:3], layout=layout, backend="numba")
     with pytest.raises(ValueError, match="backend must be one of"):
-        rope.apply_backward(x, cos, sin, backend="cuda")
+        rope.apply_backward(x, cos[:3], sin[:3], layout=layout, backend="cuda")
 
 
 @pytest.mark.parametrize("call,match", [
