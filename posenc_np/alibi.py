@@ -198,7 +198,7 @@ def _resolve_backend(backend, q, k) -> str:
         if not kernel_dtype:
             raise TypeError(f"backend='numba' needs float32 or float64 inputs, got {q.dtype}")
         return "numba"
-    from .kernels.alibi import ALIBI_NUMBA_MIN_T
+    from .kernels import ALIBI_NUMBA_MIN_T  # does not import Numba
 
     return "numba" if kernel_dtype and max(q.shape[-2], k.shape[-2]) >= ALIBI_NUMBA_MIN_T else "numpy"
 

@@ -9,8 +9,8 @@ import Numba. Accessing a name (``posenc_np.kernels.rope_apply``) imports its su
 :mod:`posenc_np.kernels._numba` for the cache directory and the shared compile settings).
 
 Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_angles``) and
-:mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``). ``ROPE_NUMBA_MIN_ELEMENTS``,
-the ``backend="auto"`` switch for RoPE, is defined here and needs no Numba.
+:mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``). ``ROPE_NUMBA_MIN_ELEMENTS`` and
+``ALIBI_NUMBA_MIN_T``, the ``backend="auto"`` switches, are defined here and need no Numba.
 """
 
 from __future__ import annotations
@@ -28,6 +28,14 @@ import importlib
 #: forward and backward alike, and by 2-3x at 2^16-2^17. Preliminary: the machine was shared
 #: (load 2-4), which distorts only the 2-thread calls (>= 2^18); re-measure on a quiet machine.
 ROPE_NUMBA_MIN_ELEMENTS = 1 << 15
+
+#: ``backend="auto"`` of :func:`posenc_np.alibi.attention` should use this kernel when
+#: ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (and the dtype is float32/float64). Measured with
+#: ``bench/bench_alibi.py`` (2-core AMD EPYC, float32, D = 64, H = 1 and 8, busy machine): the
+#: fused forward beat the materialised NumPy forward from T = 16 on, forward + backward from
+#: T = 64 (H = 8) to 96 (H = 1). Below 64 a call gains < 0.1 ms, which does not repay the
+#: first-use compile of the kernels (~10-20 s per dtype without a warm on-disk cache).
+ALIBI_NUMBA_MIN_T = 64
 
 # public name -> submodule that defines it
 _EXPORTS = {
@@ -62,4 +70,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(_EXPORTS) | set(_SUBMODULES) | {"ROPE_NUMBA_MIN_ELEMENTS"})
+    return sorted(set(_EXPORTS) | set(_SUBMODULES) | {"ROPE_NUMBA_MIN_ELEMENTS", "ALIBI_NUMBA_MIN_T"})

@@ -41,7 +41,7 @@ work even for a single head.
 Tile products use ``np.dot`` (BLAS ``gemm`` on ``BLOCK_Q x BLOCK_K`` tiles): on the 2-core
 AVX-512 development machine a float32 forward ran at ~55 GFLOP/s with BLAS tiles against
 ~23 GFLOP/s with hand-written (vectorised, axpy-ordered) loops. Every kernel call runs with
-BLAS limited to one thread (:class:`_blas_one_thread`), so the ``prange`` threads never start
+BLAS limited to one thread (:class:`~posenc_np.kernels._numba.blas_single_thread`), so the ``prange`` threads never start
 BLAS threads of their own: no oversubscription, no OpenBLAS "may hang" warning under an
 OpenMP threading layer. The exponential is a vectorisable polynomial (:func:`_exp32`,
 :func:`_exp64`, ~1 ulp), since ``math.exp`` stays a scalar libm call without Intel SVML
@@ -76,7 +76,8 @@ from numba import prange, types
 from numba.core.extending import intrinsic, overload
 
 from .._checks import check_int, check_real
-from ._numba import FASTMATH, launch_guard, njit_kernel
+from . import ALIBI_NUMBA_MIN_T
+from ._numba import FASTMATH, blas_single_thread, launch_guard, njit_kernel
 
 __all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "alibi_attention_backward", "alibi_attention_forward"]
 
@@ -86,13 +87,8 @@ __all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "alibi_attention_backward"
 BLOCK_Q = 64
 BLOCK_K = 64
 
-#: ``backend="auto"`` of :func:`posenc_np.alibi.attention` should use this kernel when
-#: ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (and the dtype is float32/float64). Measured with
-#: ``bench/bench_alibi.py`` (2-core AMD EPYC, float32, D = 64, H = 1 and 8, busy machine): the
-#: fused forward beat the materialised NumPy forward from T = 16 on, forward + backward from
-#: T = 64 (H = 8) to 96 (H = 1). Below 64 a call gains < 0.1 ms, which does not repay the
-#: first-use compile of the kernels (~10-20 s per dtype without a warm on-disk cache).
-ALIBI_NUMBA_MIN_T = 64
+# ALIBI_NUMBA_MIN_T (the backend="auto" switch) is defined in posenc_np.kernels so that reading
+# it does not import Numba; it is re-exported here.
 
 # Kernels use njit_kernel's settings: fastmath without "nnan"/"ninf" (they use -inf for
 # masked rows and the empty running max, and must let NaN through like the reference).
@@ -183,7 +179,7 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
     lse = np.full((n_items, q_len), -np.inf, dtype=dtype)
     if n_items and q_len and k_len:
         mneg = _per_item_slopes(slopes, n_items, dtype)
-        with launch_guard(), _blas_one_thread(), _threads_for(n_items * -(-q_len // BLOCK_Q)):
+        with launch_guard(), blas_single_thread(), _threads_for(n_items * -(-q_len // BLOCK_Q)):
             _forward_kernel(q3, k3, v3, mneg, causal, dtype.type(scale), q_offset, dtype.type(-np.inf), out, lse)
     return out.reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
@@ -226,7 +222,7 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
         mneg = _per_item_slopes(slopes, n_items, dtype)
         delta = np.empty((n_items, q_len), dtype=dtype)
         sc, ninf = dtype.type(scale), dtype.type(-np.inf)
-        with launch_guard(), _blas_one_thread():
+        with launch_guard(), blas_single_thread():
             with _threads_for(n_items * -(-q_len // BLOCK_Q)):
                 _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, causal, sc, q_offset, ninf, dq, delta)
             with _threads_for(n_items * -(-k_len // BLOCK_K)):
@@ -260,42 +256,6 @@ class _threads_for:
     def __exit__(self, *exc):
         if self._wanted != self._saved:
             self._numba.set_num_threads(self._saved)
-        return False
-
-
-_BLAS_STATE = {"depth": 0, "controller": None, "limiter": None}
-_BLAS_LOCK = threading.Lock()
-
-
-class _blas_one_thread:
-    """Limit every loaded BLAS to one thread while a kernel runs; thread-safe and re-entrant.
-
-    The limit is process-wide (BLAS has no per-thread setting), so concurrent callers share
-    it: the first one in sets it, the last one out restores the previous setting (a plain
-    ``threadpool_limits`` per caller would let an early leaver re-enable threads under a
-    running kernel, and a late leaver leave BLAS at one thread for good). scipy's BLAS, the
-    one Numba's ``np.dot`` calls, is loaded before the first limit so that it is covered.
-    One ``ThreadpoolController`` is reused: ``threadpool_limits()`` rescans the loaded
-    libraries on every call (~0.9 ms here, against ~20 us).
-    """
-
-    def __enter__(self):
-        with _BLAS_LOCK:
-            if _BLAS_STATE["depth"] == 0:
-                if _BLAS_STATE["controller"] is None:
-                    import scipy.linalg.cython_blas  # noqa: F401  (the BLAS Numba's np.dot uses)
-                    from threadpoolctl import ThreadpoolController
-                    _BLAS_STATE["controller"] = ThreadpoolController()
-                _BLAS_STATE["limiter"] = _BLAS_STATE["controller"].limit(limits=1, user_api="blas")
-            _BLAS_STATE["depth"] += 1
-        return self
-
-    def __exit__(self, *exc):
-        with _BLAS_LOCK:
-            _BLAS_STATE["depth"] -= 1
-            if _BLAS_STATE["depth"] == 0:
-                _BLAS_STATE["limiter"].restore_original_limits()
-                _BLAS_STATE["limiter"] = None
         return False
 
 
