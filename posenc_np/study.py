@@ -99,6 +99,8 @@ def _seq2seq(prefix_and_answer: np.ndarray, n: int):
 
 
 class CopyTask(_Task):
+    """``BOS x1..xn SEP x1..xn``; the n answer tokens are scored."""
+
     name = "copy"
 
     def sample(self, rng, batch_size):
@@ -108,6 +110,8 @@ class CopyTask(_Task):
 
 
 class ReverseTask(_Task):
+    """``BOS x1..xn SEP xn..x1``; the n answer tokens are scored."""
+
     name = "reverse"
 
     def sample(self, rng, batch_size):
@@ -118,6 +122,8 @@ class ReverseTask(_Task):
 
 @dataclass
 class LagTask(_Task):
+    """``BOS x1..x2n``; position i > lag predicts x_{i-lag} (a purely relative pattern)."""
+
     lag: int = 3
     name = "lag"
 
@@ -148,6 +154,7 @@ class StudyConfig:
     n_layers: int = 2
     d_ff: int = 128
     embed_scale: dict = field(default_factory=lambda: {"sinusoidal": "sqrt_d"})
+    position_options: dict = field(default_factory=dict)  # encoding -> ModelConfig.position_options
     steps: int = 1500
     batch_size: int = 32
     lr: float = 2e-3
@@ -195,6 +202,7 @@ def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
         mcfg = ModelConfig(vocab_size=train_task.vocab_size, d_model=cfg.d_model, n_heads=cfg.n_heads,
                            n_layers=cfg.n_layers, d_ff=cfg.d_ff, max_len=train_task.seq_len, causal=True, tied=True,
                            position=run["encoding"], fusion=run["fusion"] or "add",
+                           position_options=dict(cfg.position_options.get(run["encoding"], {})),
                            embed_scale=run["embed_scale"], seed=run["seed"])
         model = Transformer(mcfg)
         t0 = time.perf_counter()

@@ -104,3 +104,12 @@ def test_parallel_workers_give_the_same_numbers(tmp_path, jobs):
     par = run_extrapolation(tmp_path / "p", cfg, progress=False)["records"]
     key = ("label", "task", "eval_len", "token_accuracy", "exact_match", "loss", "seed")
     assert [[r[k] for k in key] for r in serial] == [[r[k] for k in key] for r in par]
+
+
+def test_position_options_reach_the_model(tmp_path):
+    base = dict(encodings=["rope"], fusions=("add",), tasks=["lag"], train_len=3, alphabet=4, d_model=8, n_heads=2,
+                n_layers=1, d_ff=8, steps=3, batch_size=4, eval_sequences=8, jobs=1)
+    plain = run_extrapolation(tmp_path / "a", StudyConfig(**base), progress=False)["records"]
+    yarn = {"rope": {"scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 7}}}
+    scaled = run_extrapolation(tmp_path / "b", StudyConfig(**base, position_options=yarn), progress=False)["records"]
+    assert [r["loss"] for r in plain] != [r["loss"] for r in scaled]
