@@ -617,8 +617,13 @@ class Block:
         dout = attn.split_heads(self.proj.backward(da), self.cfg.n_heads)
         dq, dk, dv = self.pos.attend_backward(self.index, dout, self._attn_cache)
         dq, dk = self.pos.rotate_backward(dq, dk)
-        dqkv = np.concatenate([attn.merge_heads(dq), attn.merge_heads(dk), attn.merge_heads(dv)], axis=-1)
-        return da + self.ln1.backward(self.qkv.backward(dqkv))
+        # merge_heads of dq, dk, dv written straight into the (B, T, 3 * d_model) gradient:
+        # dqkv[b, t, j*d + h*hd + e] = dj[b, h, t, e] for j = q, k, v (one copy each)
+        B, H, T, hd = dq.shape
+        dqkv = np.empty((B, T, 3, H, hd), dtype=np.result_type(dq, dk, dv))
+        for j, g in enumerate((dq, dk, dv)):
+            dqkv[:, :, j] = g.swapaxes(1, 2)
+        return da + self.ln1.backward(self.qkv.backward(dqkv.reshape(B, T, 3 * H * hd)))
 
 
 # --------------------------------------------------------------------------- model

@@ -174,3 +174,18 @@ def test_backward_before_forward_and_shape_errors():
         lin.backward(np.zeros((4, 3)))
     with pytest.raises(ValueError, match="must end with 3 features"):
         lin.forward(np.zeros((4, 2)))
+
+
+def test_embedding_gradient_matches_add_at_for_many_ids():
+    from posenc_np._util import scatter_add_rows
+
+    rng = np.random.default_rng(5)
+    emb = layers.Embedding(40, 6, rng=0, dtype=np.float64)
+    ids = rng.integers(0, 40, size=(7, 50))
+    dy = rng.standard_normal((7, 50, 6))
+    emb.forward(ids)
+    emb.backward(dy)
+    np.testing.assert_allclose(emb.grads["weight"], scatter_add_rows(ids, dy, 40), rtol=1e-13, atol=1e-13)
+    emb.forward(np.zeros((0, 3), dtype=int))
+    emb.backward(np.zeros((0, 3, 6)))
+    np.testing.assert_array_equal(emb.grads["weight"], 0)
