@@ -26,7 +26,7 @@ import math
 import numpy as np
 from scipy.special import erf
 
-from ._checks import as_int_array, check_choice, check_float_dtype, check_int, check_real
+from ._checks import as_float_array, as_int_array, check_choice, check_float_dtype, check_int, check_real
 
 __all__ = [
     "GELU",
@@ -221,14 +221,14 @@ def _gelu_cdf(x: np.ndarray, approximate: str):
 def gelu(x, *, approximate: str = "tanh") -> np.ndarray:
     r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_cdf` for ``approximate``."""
     approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
-    x = np.asarray(x)
+    x = as_float_array(x, "x")
     return x * _gelu_cdf(x, approximate)[0]
 
 
 def gelu_backward(dy, x, *, approximate: str = "tanh") -> np.ndarray:
     r""":math:`\partial L/\partial x = \partial L/\partial y \odot (\Phi(x) + x\,\Phi'(x))`."""
     approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
-    x = np.asarray(x)
+    x = as_float_array(x, "x")
     cdf, dcdf = _gelu_cdf(x, approximate)
     return np.asarray(dy) * (cdf + x * dcdf)
 
@@ -244,7 +244,7 @@ class GELU:
         self._dydx = None
 
     def forward(self, x) -> np.ndarray:
-        x = np.asarray(x)
+        x = as_float_array(x, "x")
         cdf, dcdf = _gelu_cdf(x, self.approximate)
         y = x * cdf
         dcdf *= x

@@ -103,6 +103,8 @@ def test_gelu_tanh_is_close_to_exact_and_dtype_preserved():
     diff = np.abs(layers.gelu(x, approximate="tanh") - layers.gelu(x, approximate="none"))
     assert 1e-4 < diff.max() < 1e-3  # the approximation is good but not exact
     assert layers.gelu(x.astype(np.float32), approximate="none").dtype == np.float32
+    np.testing.assert_array_equal(layers.gelu(np.array([-1, 0, 2]), approximate="none"),
+                                  layers.gelu(np.array([-1.0, 0.0, 2.0]), approximate="none"))  # ints work
     with pytest.raises(ValueError, match="approximate"):
         layers.GELU(approximate="erf")
 
