@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf
 
 from ._checks import as_float_array, as_int_array, check_choice, check_float_dtype, check_int, check_real
+from ._util import scatter_add_rows
 
 __all__ = [
     "GELU",
@@ -209,6 +209,8 @@ def _gelu_cdf(x: np.ndarray, approximate: str):
         t += 1.0
         t *= 0.5
         return t, dcdf
+    from scipy.special import erf  # imported on first use: keeps `import posenc_np.layers` light
+
     cdf = erf(x * (1.0 / math.sqrt(2.0))).astype(x.dtype, copy=False)
     cdf += 1.0
     cdf *= 0.5
@@ -287,27 +289,9 @@ class Embedding:
     def backward(self, dy) -> None:
         _need_forward(self._ids, "Embedding")
         dy = _check_dy(dy, self._ids.shape + (self.dim,), "Embedding")
-        self.grads["weight"] = _segment_sum_rows(self._ids, dy.astype(self.params["weight"].dtype, copy=False),
+        self.grads["weight"] = scatter_add_rows(self._ids, dy.astype(self.params["weight"].dtype, copy=False),
                                                  self.num_embeddings)
         return None
-
-
-def _segment_sum_rows(ids: np.ndarray, values: np.ndarray, num_rows: int) -> np.ndarray:
-    r"""The scatter-add :math:`G[r] = \sum_{j:\,ids_j = r} v_j` by sorting: stable-sort the ids,
-    sum each run of equal ids with ``np.add.reduceat`` and write the sums to their rows.
-
-    Same result as :func:`posenc_np._util.scatter_add_rows` (``np.add.at``) up to summation
-    order, and 4-8x faster for a small vocabulary and a few thousand tokens."""
-    flat = ids.reshape(-1)
-    rows = values.reshape((flat.size,) + values.shape[ids.ndim:])
-    out = np.zeros((num_rows,) + rows.shape[1:], dtype=values.dtype)
-    if flat.size == 0:
-        return out
-    order = np.argsort(flat, kind="stable")
-    sorted_ids = flat[order]
-    starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
-    out[sorted_ids[starts]] = np.add.reduceat(rows[order], starts, axis=0)
-    return out
 
 
 # --------------------------------------------------------------------------- cross-entropy
