@@ -6,7 +6,8 @@ Sections (all by default, in this order, in one process except the cold-start su
 ``rope``       RoPE forward/backward: NumPy reference vs Numba (out of place, in place, angles
                on the fly), both layouts, L2-resident to DRAM-sized; torch eager when
                installed; plus the ``auto`` threshold sweep (bench/bench_rope.py)
-``alibi``      ALiBi causal attention: ``run(quick)`` of bench/bench_alibi.py, if that file exists
+``alibi``      ALiBi causal attention: materialised NumPy vs fused Numba vs torch SDPA (bench/bench_alibi.py)
+``train``      training throughput of the NumPy transformer vs torch eager (bench/bench_train.py)
 ``coldstart``  fresh subprocesses: ``import posenc_np`` time; first RoPE kernel call with an
                empty Numba cache (compile) and with a warm one (load)
 
@@ -37,7 +38,7 @@ for path in (BENCH, ROOT):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-SECTIONS = ("roofline", "rope", "alibi", "coldstart")
+SECTIONS = ("roofline", "rope", "alibi", "train", "coldstart")
 
 
 # --------------------------------------------------------------------------- machine
@@ -222,15 +223,6 @@ def coldstart(quick: bool = False) -> dict:
 
 # --------------------------------------------------------------------------- sections
 
-def _section_alibi(quick: bool):
-    path = os.path.join(BENCH, "bench_alibi.py")
-    if not os.path.exists(path):
-        return None
-    import bench_alibi
-
-    return bench_alibi.run(quick)
-
-
 def _docs(results: dict, note: str | None) -> str:
     m = results["machine"]
     lines = [
@@ -261,6 +253,7 @@ def _docs(results: dict, note: str | None) -> str:
         "rope": "RoPE rotation (float32)",
         "rope_threshold": "RoPE `auto` threshold (NumPy vs Numba by size)",
         "alibi": "ALiBi causal attention",
+        "train": "Training throughput (hand-written backprop vs torch eager)",
         "coldstart": "Cold start",
     }
     for key, title in titles.items():
@@ -301,12 +294,15 @@ def main(argv=None) -> int:
         print("rope threshold ...", flush=True)
         results["sections"]["rope_threshold"] = bench_rope.threshold(args.quick)
     if "alibi" in wanted:
+        import bench_alibi
+
         print("alibi ...", flush=True)
-        section = _section_alibi(args.quick)
-        if section is not None:
-            results["sections"]["alibi"] = section
-        else:
-            print("  bench/bench_alibi.py not found: skipped", flush=True)
+        results["sections"]["alibi"] = bench_alibi.run(args.quick)
+    if "train" in wanted:
+        import bench_train
+
+        print("train ...", flush=True)
+        results["sections"]["train"] = bench_train.run(args.quick)
     if "coldstart" in wanted:
         print("coldstart ...", flush=True)
         results["sections"]["coldstart"] = coldstart(args.quick)
