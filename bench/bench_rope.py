@@ -254,16 +254,12 @@ def _markdown(result) -> str:
 def threshold(quick: bool = False) -> dict:
     """Where the kernel beats NumPy, by number of elements of ``x``, both layouts and passes.
 
-    Compared: the NumPy rotation the kernel replaces inside ``rope.apply`` (``rope._rotate_numpy``
-    on the per-pair tables ``_prepare`` makes; the full ``rope.apply(backend="numpy")`` if that
-    private helper is gone) against ``kernels.rope_apply`` allocating its output, as
-    ``rope.apply`` would call it. Shapes ``(1, 8, T, 128)``, float32, tables ``(T, 128)``.
+    Compared: the two implementations ``rope.apply`` dispatches to after validating its
+    arguments, ``rope._rotate_numpy`` and ``rope._rotate_numba`` (``kernels.rope_apply``
+    allocating its output), so the shared validation cost is left out of both. Shapes ``(1, 8, T, 128)``, float32, tables ``(T, 128)``.
     The crossing of a combination is the smallest size from which the kernel is faster at
     every larger measured size; the recommended threshold is the largest crossing.
     """
-    from posenc_np.kernels import rope_apply
-
-    rotate_numpy = getattr(rope, "_rotate_numpy", None)
     exps = range(10, 21, 2) if quick else range(10, 22)
     repeats = 7 if quick else 21
     rng = np.random.default_rng(1)
@@ -278,16 +274,9 @@ def threshold(quick: bool = False) -> dict:
                 t = n // (8 * HEAD_DIM)
                 x = rng.standard_normal((1, 8, t, HEAD_DIM), dtype=np.float32)
                 cos, sin = rope.cos_sin(np.arange(t), freqs, layout=layout, dtype=np.float32)
-                if rotate_numpy is not None:
-                    first = slice(0, HEAD_DIM // 2) if layout == "half" else slice(0, HEAD_DIM, 2)
-                    c, s = cos[..., first], (-sin if inverse else sin)[..., first]
-                    numpy_fn = lambda: rotate_numpy(x, c, s, layout)  # noqa: E731
-                else:
-                    ref = rope.apply_backward if inverse else rope.apply
-                    numpy_fn = lambda: ref(x, cos, sin, layout=layout, backend="numpy")  # noqa: E731
                 times = _interleaved_rounds({
-                    "numpy": numpy_fn,
-                    "numba": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse),
+                    "numpy": lambda: rope._rotate_numpy(x, cos, sin, layout, inverse),
+                    "numba": lambda: rope._rotate_numba(x, cos, sin, layout, inverse),
                 }, repeats, warmup=2)
                 ratios.append({"elements": n, "numpy_us": times["numpy"] * 1e6, "numba_us": times["numba"] * 1e6,
                                "speedup": times["numpy"] / times["numba"]})
@@ -299,7 +288,7 @@ def threshold(quick: bool = False) -> dict:
             combos[f"{layout}/{direction}"] = {"sizes": ratios, "crossing_elements": crossing}
     crossings = [c["crossing_elements"] for c in combos.values()]
     recommended = None if None in crossings else max(crossings)
-    numpy_side = "rope._rotate_numpy" if rotate_numpy is not None else "rope.apply(backend='numpy')"
+    numpy_side = "rope._rotate_numpy"
     lines = ["| elements | " + " | ".join(combos) + " |", "|---:|" + "---:|" * len(combos)]
     for i, e in enumerate(exps):
         cells = []
