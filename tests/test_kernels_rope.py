@@ -547,3 +547,16 @@ def test_shared_blas_limit_is_reentrant_and_restored():
         pass
     assert blas_threads() == outside
     assert _numba.FASTMATH.isdisjoint({"nnan", "ninf", "fast"})
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_openmp_threads_wait_passively_unless_the_user_chose(preset, expected):
+    """Kernels set OMP_WAIT_POLICY=PASSIVE before Numba loads OpenMP (see kernels/_numba.py),
+    and leave a user's own setting alone."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    code = "import os, posenc_np.kernels._numba; print(os.environ['OMP_WAIT_POLICY'])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == expected
