@@ -19,22 +19,20 @@ import importlib
 
 #: ``backend="auto"`` uses the RoPE kernel when ``x.size`` is at least this many elements
 #: and NumPy below. Defined here rather than in ``rope`` so that reading it does not import
-#: Numba (``posenc_np.kernels.rope`` re-exports it). Measured with ``bench/bench_rope.py``
-#: (``threshold``; the same sweep runs in ``python bench/run.py --only rope``): NumPy's
-#: rotation (``rope._rotate_numpy``) against ``rope_apply`` (with its ~25 us of Python
-#: planning), ``(1, 8, T, 128)`` float32, median of 21, on the 2-core AMD EPYC (znver4) dev
-#: box, numpy 2.4.6, numba 0.68.1, 2026-11-30. The kernel wins from 2^14 elements
-#: (interleaved: 35 vs 29 us) and from 2^15 (half: 40 vs 34 us; at 2^14: 24 vs 30 us),
-#: forward and backward alike, and by 2-3x at 2^16-2^17. Preliminary: the machine was shared
-#: (load 2-4), which distorts only the 2-thread calls (>= 2^18); re-measure on a quiet machine.
+#: Numba (``posenc_np.kernels.rope`` re-exports it). Measured by ``python bench/run.py``
+#: (table "RoPE auto threshold" in ``docs/benchmarks.md``): ``rope._rotate_numpy`` against
+#: ``rope._rotate_numba``, ``(1, 8, T, 128)`` float32, median of 21, 2-core AMD EPYC, quiet
+#: machine, 2026-11-30. The kernel wins from 2^14 elements (interleaved: 36 vs 31 us) and
+#: from 2^15 (half: 42 vs 36 us; at 2^14: 25 vs 31 us), forward and backward alike, and by
+#: 2-3x at 2^16-2^17.
 ROPE_NUMBA_MIN_ELEMENTS = 1 << 15
 
-#: ``backend="auto"`` of :func:`posenc_np.alibi.attention` should use this kernel when
-#: ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (and the dtype is float32/float64). Measured with
-#: ``bench/bench_alibi.py`` (2-core AMD EPYC, float32, D = 64, H = 1 and 8, busy machine): the
-#: fused forward beat the materialised NumPy forward from T = 16 on, forward + backward from
-#: T = 64 (H = 8) to 96 (H = 1). Below 64 a call gains < 0.1 ms, which does not repay the
-#: first-use compile of the kernels (~10-20 s per dtype without a warm on-disk cache).
+#: ``backend="auto"`` of :func:`posenc_np.alibi.attention` uses the fused kernel when
+#: ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (and the dtype is float32/float64). Measured by
+#: ``python bench/run.py`` (the ALiBi ``auto`` sweep in ``docs/benchmarks.md``, float32, D = 64,
+#: H = 1 and 8, quiet machine, 2026-11-30): the fused forward wins from T = 32, forward +
+#: backward from T = 96 (at T = 64, H = 8: forward 0.25 vs 0.37 ms, forward + backward 1.16
+#: vs 0.92 ms). 64 splits the difference: below it a call gains or loses < 0.3 ms.
 ALIBI_NUMBA_MIN_T = 64
 
 # public name -> submodule that defines it
