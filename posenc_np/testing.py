@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["GoldenCase", "GradcheckResult", "assert_golden", "gradcheck", "load_case"]
+__all__ = ["GoldenCase", "GradcheckResult", "assert_golden", "gradcheck", "gradcheck_hook", "load_case"]
 
 
 # --------------------------------------------------------------------------- gradcheck
@@ -147,6 +147,35 @@ def gradcheck(
     if raise_on_failure and not result.ok:
         raise AssertionError(str(result))
     return result
+
+
+def gradcheck_hook(hook, q, k, v, *, causal: bool = False, scale=None, mask=None, **kwargs) -> GradcheckResult:
+    """:func:`gradcheck` of attention with a position hook, for ``q``, ``k``, ``v`` and every
+    parameter in ``hook.params`` (reported as ``hook.<name>``).
+
+    Runs :func:`posenc_np.attention.forward` / :func:`~posenc_np.attention.backward` with
+    ``hooks=[hook]``; parameter gradients are read from ``hook.grads``. ``kwargs`` go to
+    :func:`gradcheck` (``max_entries``, ``tol``, ...). The hook's parameters are restored
+    afterwards.
+    """
+    from . import attention
+
+    saved = dict(hook.params)
+    key = {name: f"hook.{name}" for name in saved}  # e.g. Transformer-XL has a parameter "v"
+
+    def run(q, k, v, **params):
+        hook.params = {name: params[key[name]] for name in saved}
+        return attention.forward(q, k, v, causal=causal, scale=scale, mask=mask, hooks=[hook])
+
+    def backward(g, q, k, v, **params):
+        grads = attention.backward(g, run(q, k, v, **params)[1])
+        return {"q": grads["q"], "k": grads["k"], "v": grads["v"], **{key[n]: hook.grads[n] for n in saved}}
+
+    try:
+        inputs = {"q": q, "k": k, "v": v, **{key[n]: value for n, value in saved.items()}}
+        return gradcheck(lambda **x: run(**x)[0], backward, inputs, **kwargs)
+    finally:
+        hook.params = saved
 
 
 # --------------------------------------------------------------------------- golden cases

@@ -40,7 +40,7 @@ def paper_slopes(n):
 
 def reference(q, k, v, m, causal, dout, scale=None):
     """NumPy attention core with the ALiBi bias written from the formula (bottom-right)."""
-    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    q_len, k_len = q.shape[-2], k.shape[-2]
     qpos = np.arange(q_len)[:, None] + (k_len - q_len)
     dist = qpos - np.arange(k_len)[None, :]  # q - k
     m = np.asarray(m, dtype=np.float64)[:, None, None]

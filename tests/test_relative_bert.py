@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from posenc_np import attention
 from posenc_np.relative import BertRelativeKey, bert_relative_distance, bert_relative_scores, \
     bert_relative_scores_backward, shaw_relative_index, t5_relative_positions
-from posenc_np.testing import gradcheck
+from posenc_np.testing import gradcheck, gradcheck_hook
 
 SETTINGS = settings(deadline=None, max_examples=30)
 
@@ -140,19 +140,8 @@ def test_table_gradient_is_scatter_add():
 def test_gradcheck_through_attention(mode, causal, q_len):
     rng = np.random.default_rng(5)
     layer = BertRelativeKey(5, 3, mode=mode, init_std=0.5, seed=6)
-    inputs = {"q": rng.standard_normal((2, 2, q_len, 3)), "k": rng.standard_normal((2, 2, 5, 3)),
-              "v": rng.standard_normal((2, 2, 5, 2)), "weight": layer.params["weight"]}
-
-    def fun(q, k, v, weight):
-        layer.params["weight"] = weight
-        return attention.forward(q, k, v, causal=causal, hooks=[layer])[0]
-
-    def bwd(g, q, k, v, weight):
-        layer.params["weight"] = weight
-        grads = attention.backward(g, attention.forward(q, k, v, causal=causal, hooks=[layer])[1])
-        return {"q": grads["q"], "k": grads["k"], "v": grads["v"], "weight": layer.grads["weight"]}
-
-    gradcheck(fun, bwd, inputs, max_entries=40)
+    gradcheck_hook(layer, rng.standard_normal((2, 2, q_len, 3)), rng.standard_normal((2, 2, 5, 3)),
+                   rng.standard_normal((2, 2, 5, 2)), causal=causal, max_entries=40)
 
 
 # --------------------------------------------------------------------------- errors

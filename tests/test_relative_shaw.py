@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from posenc_np import attention
 from posenc_np.relative import ShawRelativeAttention, shaw_logits, shaw_logits_backward, shaw_relative_index, \
     shaw_values, shaw_values_backward
-from posenc_np.testing import gradcheck
+from posenc_np.testing import gradcheck, gradcheck_hook
 
 SETTINGS = settings(deadline=None, max_examples=30)
 
@@ -139,19 +139,8 @@ def test_tables_shared_across_heads():
 def test_gradcheck_through_attention(causal, q_len):
     rng = np.random.default_rng(7)
     layer = ShawRelativeAttention(3, 2, value_dim=2, init_std=0.5, seed=8)
-    inputs = {"q": rng.standard_normal((2, 2, q_len, 3)), "k": rng.standard_normal((2, 2, 6, 3)),
-              "v": rng.standard_normal((2, 2, 6, 2)), "key": layer.params["key"], "value": layer.params["value"]}
-
-    def fun(q, k, v, key, value):
-        layer.params.update(key=key, value=value)
-        return attention.forward(q, k, v, causal=causal, hooks=[layer])[0]
-
-    def bwd(g, q, k, v, key, value):
-        layer.params.update(key=key, value=value)
-        grads = attention.backward(g, attention.forward(q, k, v, causal=causal, hooks=[layer])[1])
-        return {"q": grads["q"], "k": grads["k"], "v": grads["v"], **layer.grads}
-
-    gradcheck(fun, bwd, inputs, max_entries=40)
+    gradcheck_hook(layer, rng.standard_normal((2, 2, q_len, 3)), rng.standard_normal((2, 2, 6, 3)),
+                   rng.standard_normal((2, 2, 6, 2)), causal=causal, max_entries=40)
 
 
 def test_float32_attention_and_grads_overwritten():

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from posenc_np import attention
 from posenc_np.relative import T5RelativeBias, t5_bias, t5_bias_backward, t5_relative_position_bucket, \
     t5_relative_positions
-from posenc_np.testing import gradcheck
+from posenc_np.testing import gradcheck, gradcheck_hook
 
 SETTINGS = settings(deadline=None, max_examples=40)
 I64 = np.iinfo(np.int64)
@@ -294,19 +294,8 @@ def test_hook_equals_explicit_bias_argument():
 def test_gradcheck_through_attention(causal, q_len):
     rng = np.random.default_rng(9)
     layer = T5RelativeBias(2, num_buckets=8, max_distance=6, bidirectional=not causal, init_std=0.5, seed=10)
-    inputs = {"q": rng.standard_normal((2, 2, q_len, 3)), "k": rng.standard_normal((2, 2, 7, 3)),
-              "v": rng.standard_normal((2, 2, 7, 3)), "weight": layer.params["weight"]}
-
-    def fun(q, k, v, weight):
-        layer.params["weight"] = weight
-        return attention.forward(q, k, v, causal=causal, hooks=[layer])[0]
-
-    def bwd(g, q, k, v, weight):
-        layer.params["weight"] = weight
-        grads = attention.backward(g, attention.forward(q, k, v, causal=causal, hooks=[layer])[1])
-        return {"q": grads["q"], "k": grads["k"], "v": grads["v"], "weight": layer.grads["weight"]}
-
-    gradcheck(fun, bwd, inputs, max_entries=40)
+    gradcheck_hook(layer, rng.standard_normal((2, 2, q_len, 3)), rng.standard_normal((2, 2, 7, 3)),
+                   rng.standard_normal((2, 2, 7, 3)), causal=causal, max_entries=40)
 
 
 def test_grads_overwritten_and_float32():

@@ -57,3 +57,37 @@ def test_shape_mismatch_is_reported():
 def test_unknown_gradient_name():
     with pytest.raises(KeyError, match="not an input"):
         gradcheck(lambda a, b: a.sum(), lambda g, a, b: {"c": 0.0}, _inputs())
+
+
+class _ScaledKeyBias:
+    """A toy hook: logits += scale * (k . u); its backward can be made wrong on purpose."""
+
+    def __init__(self, u, wrong=False):
+        self.params, self.grads, self.wrong = {"u": u}, {}, wrong
+
+    def logits(self, q, k, scale):
+        return scale * (k @ self.params["u"])[..., None, :], (k, scale)
+
+    def logits_backward(self, dlogits, cache):
+        k, scale = cache
+        col = dlogits.sum(axis=-2)
+        self.grads["u"] = scale * (col[..., None] * k).reshape(-1, k.shape[-1]).sum(axis=0) * (1.01 if self.wrong else 1.0)
+        return None, scale * col[..., None] * self.params["u"]
+
+    def values(self, probs):
+        return None, None
+
+    def values_backward(self, dout, cache):
+        return None
+
+
+def test_gradcheck_hook_checks_inputs_and_parameters():
+    from posenc_np.testing import gradcheck_hook
+
+    rng = np.random.default_rng(2)
+    q, k, v = rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 5, 3))
+    hook = _ScaledKeyBias(rng.standard_normal(4))
+    res = gradcheck_hook(hook, q, k, v, causal=True, max_entries=None)
+    assert res.checked == q.size + k.size + v.size + 4
+    with pytest.raises(AssertionError, match=r"hook\.u"):
+        gradcheck_hook(_ScaledKeyBias(hook.params["u"], wrong=True), q, k, v, max_entries=None)

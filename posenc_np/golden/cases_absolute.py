@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import absolute
 from . import oracle_absolute as oracle
-from .spec import CaseSpec, Encoding, conventions, exact, tolerance
+from .spec import CaseSpec, Encoding, conventions, tolerance
 
 
 def _sinusoidal(params, inputs):

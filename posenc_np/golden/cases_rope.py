@@ -283,8 +283,8 @@ def cases() -> list[CaseSpec]:
             inputs={"q": q, "k": k, "positions": pos5},
             # scales are within 2^(+-0.01) of 1 (pow adds ~1 ulp); scores add 8 products of rotated entries.
             tolerance=_rotation_tol(8, 10000.0, 4.0, 8 * float(np.abs(np.r_[q, k]).max()) ** 2, 1.02),
-            description=f"xPos q, k and q k^T for L=5 (odd, so torchscale's centre 3 and "
-                        f"rotary-embedding-torch's 2 differ; scores do not)"))
+            description="xPos q, k and q k^T for L=5 (odd, so torchscale's centre 3 and "
+                        "rotary-embedding-torch's 2 differ; scores do not)"))
 
     grid = rope.patch_positions(3, 4)
     for layout in rope.LAYOUTS:

@@ -68,7 +68,6 @@ Memory: besides the outputs (and ``lse``), each work item allocates a few
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 from llvmlite import ir
