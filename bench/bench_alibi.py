@@ -62,6 +62,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from timing import interleaved_rounds  # noqa: E402  (bench/ is on sys.path: script dir or run.py)
+
 H, D = 8, 64
 SIZES = [256, 512, 1024, 2048, 4096]
 QUICK_SIZES = [256, 1024]
@@ -259,18 +261,6 @@ def _agreement(t=256):
     return {name: float(np.max(np.abs(outs[name] - outs["numpy"]))) for name in methods if name != "numpy"}
 
 
-def _interleaved(fns: dict, repeats: int) -> dict:
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
-
-
 def threshold(quick: bool) -> dict:
     """NumPy vs fused Numba at small T (see the module docstring)."""
     sizes = QUICK_SWEEP if quick else SWEEP
@@ -280,8 +270,8 @@ def threshold(quick: bool) -> dict:
         for t in sizes:
             q, k, v, do = _inputs(t, heads=heads)
             calls = {name: _make_calls(name, q, k, v, do) for name in ("numpy", "numba")}
-            fwd = _interleaved({name: c[0] for name, c in calls.items()}, repeats)
-            both = _interleaved({name: c[1] for name, c in calls.items()}, max(3, repeats // 2))
+            fwd = interleaved_rounds({name: c[0] for name, c in calls.items()}, repeats)
+            both = interleaved_rounds({name: c[1] for name, c in calls.items()}, max(3, repeats // 2))
             rows.append({"H": heads, "T": t, "numpy_forward_s": fwd["numpy"], "numba_forward_s": fwd["numba"],
                          "numpy_forward_backward_s": both["numpy"], "numba_forward_backward_s": both["numba"]})
 

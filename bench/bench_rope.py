@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -42,6 +41,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from posenc_np import rope  # noqa: E402
+from timing import interleaved_rounds  # noqa: E402
 
 HEAD_DIM = 128
 # (label, shape, order): L2-resident, L3-resident, DRAM-sized (x alone >= 64 MiB; L3 is 32 MiB)
@@ -53,20 +53,6 @@ SIZES = [
     ("256 MiB (DRAM)", (4, 32, 4096, HEAD_DIM), "bhtd"),
 ]
 QUICK_SIZES = SIZES[:4]
-
-
-def _interleaved_rounds(fns: dict, repeats: int, warmup: int = 1) -> dict:
-    """Median seconds per variant, timing one call of each variant per round."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _torch_rotate(layout):
@@ -153,7 +139,7 @@ def run(quick: bool = False) -> dict:
                 fns["_copy"] = lambda: np.copyto(yf, xf)
                 fns["_triad"] = lambda: triad(yf, xf, zf, np.float32(0.5))
                 fns["_scale"] = lambda: scale(yf, np.float32(-1.0))
-                times = _interleaved_rounds(fns, repeats)
+                times = interleaved_rounds(fns, repeats)
                 copy_gbs = 2 * x.nbytes / times.pop("_copy") / 1e9
                 triad_gbs = 3 * x.nbytes / times.pop("_triad") / 1e9
                 scale_gbs = 2 * x.nbytes / times.pop("_scale") / 1e9
@@ -284,7 +270,7 @@ def threshold(quick: bool = False) -> dict:
                 t = n // (8 * HEAD_DIM)
                 x = rng.standard_normal((1, 8, t, HEAD_DIM), dtype=np.float32)
                 cos, sin = rope.cos_sin(np.arange(t), freqs, layout=layout, dtype=np.float32)
-                times = _interleaved_rounds({
+                times = interleaved_rounds({
                     "numpy": lambda: rope._rotate_numpy(x, cos, sin, layout, inverse),
                     "numba": lambda: rope._rotate_numba(x, cos, sin, layout, inverse),
                 }, repeats, warmup=2)

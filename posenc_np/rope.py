@@ -127,11 +127,9 @@ def _check_pairs(table: np.ndarray, layout: str, name: str) -> None:
                          "was it built for the other layout?)")
 
 
-def _prepare(x, cos, sin, layout, backend, name):
-    """Validate a rotation call; return ``(x, cos, sin, layout, backend)``."""
-    layout = check_choice(layout, "layout", LAYOUTS)
-    x = np.asarray(x)
-    check_float_dtype(x.dtype, f"{name}.dtype")
+def _check_tables(x: np.ndarray, cos, sin, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Shape checks shared by :func:`apply` and the kernel :func:`posenc_np.kernels.rope_apply`:
+    equal shapes, an even rotary dim no wider than ``x``, leading axes that broadcast to ``x``'s."""
     cos, sin = as_float_array(cos, "cos"), as_float_array(sin, "sin")
     if cos.shape != sin.shape:
         raise ValueError(f"cos and sin must have the same shape, got {cos.shape} and {sin.shape}")
@@ -150,6 +148,15 @@ def _prepare(x, cos, sin, layout, backend, name):
     if lead != x.shape[:-1]:
         raise ValueError(f"cos/sin leading shape {cos.shape[:-1]} must broadcast to {name}'s leading shape "
                          f"{x.shape[:-1]} (shapes {cos.shape} and {x.shape})")
+    return cos, sin
+
+
+def _prepare(x, cos, sin, layout, backend, name):
+    """Validate a rotation call; return ``(x, cos, sin, layout, backend)``."""
+    layout = check_choice(layout, "layout", LAYOUTS)
+    x = np.asarray(x)
+    check_float_dtype(x.dtype, f"{name}.dtype")
+    cos, sin = _check_tables(x, cos, sin, name)
     if not (np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))):
         raise ValueError("cos and sin must be finite (no NaN or inf)")
     _check_pairs(cos, layout, "cos")

@@ -9,12 +9,8 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
+from ._mp import grid as _grid
 
-def _grid(shape, fn):
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        out[idx] = fn(*idx)
-    return out
 
 
 def sinusoidal(params, inputs):

@@ -13,16 +13,9 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
-
-def _grid(shape, fn):
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        out[idx] = fn(*idx)
-    return out
+from ._mp import grid as _grid, mpf as _mp
 
 
-def _mp(x):
-    return mp.mpf(float(x))
 
 
 def _paper_slopes(n: int, max_bias) -> list:

@@ -23,16 +23,9 @@ from fractions import Fraction
 import mpmath as mp
 import numpy as np
 
-
-def _mp(x) -> mp.mpf:
-    return mp.mpf(float(x))
+from ._mp import grid as _grid, mpf as _mp
 
 
-def _grid(shape, fn):
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        out[idx] = fn(*idx)
-    return out
 
 
 def _dot(a, b) -> mp.mpf:

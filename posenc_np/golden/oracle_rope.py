@@ -11,16 +11,9 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
-
-def _mpf(value):
-    return mp.mpf(float(value))
+from ._mp import grid as _grid, mpf as _mpf
 
 
-def _grid(shape, fn):
-    out = np.empty(shape, dtype=object)
-    for idx in np.ndindex(*shape):
-        out[idx] = fn(*idx)
-    return out
 
 
 def _vector(values):

@@ -63,11 +63,10 @@ import numpy as np
 from numba import uint64
 
 from .._checks import as_float_array, as_positions, check_choice, check_real
+from ..rope import LAYOUTS, _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
 __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]
-
-LAYOUTS = ("half", "interleaved")
 
 # ``backend="auto"``'s switch, defined (with its measurement) in the package
 # ``posenc_np/kernels/__init__.py`` so that ``rope.apply`` can read it without importing Numba.
@@ -613,16 +612,7 @@ def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> 
     """
     layout = check_choice(layout, "layout", LAYOUTS)
     x = _check_x(x, "x")
-    cos, sin = as_float_array(cos, "cos", ndim_min=1), as_float_array(sin, "sin", ndim_min=1)
-    if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have the same shape, got {cos.shape} and {sin.shape}")
-    rotary = cos.shape[-1]
-    if rotary == 0 or rotary % 2:
-        raise ValueError(f"the rotary dim cos.shape[-1] must be even and positive, got {rotary}")
-    if rotary > x.shape[-1]:
-        raise ValueError(f"cos/sin are wider ({rotary} channels) than x ({x.shape[-1]} channels); "
-                         "the rotary dim cannot exceed the head dim")
-    _check_lead(cos.shape[:-1], x, "cos/sin leading", "x")
+    cos, sin = _check_tables(x, cos, sin, "x")
     out = _check_out(out, x, "x")
     cos = cos.astype(x.dtype.newbyteorder("="), copy=False)
     sin = sin.astype(x.dtype.newbyteorder("="), copy=False)
