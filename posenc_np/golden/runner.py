@@ -81,10 +81,11 @@ def compare(actual: dict, expected: dict, tol: dict) -> tuple[int, float, float,
     return count, max_abs, max_rel, problems
 
 
-def evaluate_library(doc_or_spec_encoding: str, params: dict, inputs: dict) -> dict:
-    enc = catalogue.encodings().get(doc_or_spec_encoding)
+def evaluate_library(encoding: str, params: dict, inputs: dict) -> dict:
+    """Outputs of the library's evaluator for ``encoding`` (a case's ``encoding`` field)."""
+    enc = catalogue.encodings().get(encoding)
     if enc is None:
-        raise KeyError(f"unknown encoding {doc_or_spec_encoding!r}")
+        raise KeyError(f"unknown encoding {encoding!r}")
     return enc.library(params, inputs)
 
 
@@ -182,6 +183,7 @@ def verify(directory) -> list[Row]:
         rows.append(_check_library(doc, problems))
     if listed is not None:
         for name in sorted(set(listed) - set(by_name)):
+            # a listed case whose file exists but failed to parse already has its own row
             if not any(r.case.startswith(name + ".") for r in rows):
                 rows.append(Row(name, "?", 0, float("nan"), float("nan"), False, f"listed in {INDEX} but no file found"))
     if not rows:

@@ -15,7 +15,7 @@ float64 by the generator), Python ``int`` (stored as int64) or ``bool``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -54,7 +54,6 @@ class CaseSpec:
     inputs: dict
     tolerance: dict
     description: str = ""
-    tags: tuple = field(default=())
 
 
 def conventions(layout="n/a", sign="n/a", scale_placement="n/a", semantics="n/a") -> dict:
