@@ -12,14 +12,25 @@ import numbers
 import numpy as np
 
 __all__ = [
+    "MAX_ALLOC_BYTES",
     "as_float_array",
     "as_int_array",
     "as_positions",
+    "check_alloc",
+    "check_angles",
+    "check_bool",
     "check_choice",
     "check_float_dtype",
     "check_int",
     "check_real",
 ]
+
+#: Largest array (in bytes) a function builds from integer size arguments alone (a table of
+#: ``positions.size x dim``, a ``(q_len, k_len)`` index matrix, a layer's weights). Larger
+#: requests raise ``ValueError`` naming the sizes instead of a ``MemoryError`` or an
+#: ``OverflowError`` from deep inside NumPy. 16 GiB: far past any encoding table or layer this
+#: library is meant for, small enough that a typo (``dim=10**12``) fails at once.
+MAX_ALLOC_BYTES = 1 << 34
 
 
 def _show(value, limit: int = 60) -> str:
@@ -27,17 +38,44 @@ def _show(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def check_int(value, name: str, *, minimum: int | None = None) -> int:
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Return ``value`` as a Python int, or raise.
 
-    ``bool`` is rejected (``True`` is not a head count). ``minimum`` is inclusive.
+    ``bool`` is rejected (``True`` is not a head count). ``minimum`` and ``maximum`` are inclusive.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {_show(value)}")
     value = int(value)
     if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be an integer <= {maximum}, got {_show(value)}")
     return value
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` as a Python bool (``bool`` or ``np.bool_`` only; ``0``/``1`` are not flags)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {_show(value)}")
+    return bool(value)
+
+
+def check_alloc(shape, dtype, what: str, *, limit: int = MAX_ALLOC_BYTES, limit_name: str = "MAX_ALLOC_BYTES",
+                hint: str = "") -> tuple:
+    """Raise ``ValueError`` when an array of ``shape`` and ``dtype`` would exceed ``limit`` bytes.
+
+    ``shape`` holds non-negative Python ints (possibly huge); ``what`` names the array and the
+    arguments that sized it, e.g. ``"sinusoidal table positions.shape + (dim,)"``; ``hint``
+    (optional) says what to do instead. Returns the shape as a tuple of ints.
+    """
+    shape = tuple(int(n) for n in shape)
+    nbytes = np.dtype(dtype).itemsize
+    for n in shape:
+        nbytes *= n
+    if nbytes > limit:
+        raise ValueError(f"{what} of shape {shape} ({np.dtype(dtype)}) would need {nbytes} bytes, more than "
+                         f"{limit_name} = {limit} bytes{'; ' + hint if hint else ''}")
+    return shape
 
 
 def check_real(
@@ -109,10 +147,13 @@ def as_positions(x, name: str = "positions") -> np.ndarray:
 
 
 def as_int_array(x, name: str) -> np.ndarray:
-    """Integer array (int64). Floats holding whole numbers are *not* accepted."""
+    """Integer array (int64). Floats holding whole numbers are *not* accepted; unsigned values
+    past the int64 range raise instead of wrapping to negative numbers."""
     arr = _numeric_array(x, name)
     if arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must fit in int64, got {int(arr.max())}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -124,3 +165,14 @@ def as_float_array(x, name: str, *, ndim_min: int = 0) -> np.ndarray:
     if arr.ndim < ndim_min:
         raise ValueError(f"{name} must have at least {ndim_min} dimensions, got shape {arr.shape}")
     return arr
+
+
+def check_angles(positions: np.ndarray, freqs: np.ndarray, what: str = "positions * inv_freq") -> None:
+    """Raise ``ValueError`` when some angle ``p * omega`` would overflow float64 (its sin/cos
+    would be NaN). ``positions`` and ``freqs`` are float64 arrays with finite values."""
+    if positions.size == 0 or freqs.size == 0:
+        return
+    p, w = float(np.max(np.abs(positions))), float(np.max(np.abs(freqs)))
+    if not np.isfinite(p * w):
+        raise ValueError(f"{what} overflows float64 (|position| up to {p:.6g}, frequency up to {w:.6g}); the "
+                         "angles, and their sin and cos, would not be finite")

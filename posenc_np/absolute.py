@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_int_array, as_positions, check_choice, check_float_dtype, check_int, check_real
+from ._checks import (as_int_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
+                      check_real)
 from ._util import scatter_add_rows, sum_to_shape
 
 __all__ = [
@@ -52,6 +53,7 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
     if dim % 2:
         raise ValueError(f"dim must be even for the sinusoidal encoding, got {dim} "
                          "(timing_signal zero-pads odd widths)")
+    check_alloc((dim // 2,), np.float64, "frequencies (dim // 2,)")
     base = check_real(base, "base", positive=True)
     if base == 1.0:
         raise ValueError("base must differ from 1 (every frequency would be 1)")
@@ -100,6 +102,8 @@ def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "int
     dtype = check_float_dtype(dtype)
     freqs = sinusoidal_frequencies(dim, base=base)
     pos = as_positions(positions).astype(np.float64)
+    check_alloc(pos.shape + (dim,), np.float64, "sinusoidal table positions.shape + (dim,)")
+    check_angles(pos, freqs)
     return _sin_cos_layout(pos[..., None] * freqs, layout).astype(dtype, copy=False)
 
 
@@ -142,9 +146,12 @@ def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timesc
     start_index = check_int(start_index, "start_index")
     dtype = check_float_dtype(dtype)
     n = dim // 2
-    increment = np.log(hi / lo) / max(n - 1, 1)
+    # ln(hi / lo) as a difference of logs: hi / lo itself overflows for extreme timescales
+    increment = (np.log(hi) - np.log(lo)) / max(n - 1, 1)
     inv_timescales = lo * np.exp(-increment * np.arange(n, dtype=np.float64))
     pos = as_positions(positions).astype(np.float64) + start_index
+    check_alloc(pos.shape + (dim,), np.float64, "timing signal positions.shape + (dim,)")
+    check_angles(pos, inv_timescales, "(positions + start_index) * inv_timescales")
     signal = _sin_cos_layout(pos[..., None] * inv_timescales, "concat")
     if dim % 2:
         signal = np.concatenate([signal, np.zeros(signal.shape[:-1] + (1,))], axis=-1)
@@ -181,6 +188,7 @@ class LearnedPositionalEmbedding:
         self.num_positions = check_int(num_positions, "num_positions", minimum=1)
         self.dim = check_int(dim, "dim", minimum=1)
         init_std = check_real(init_std, "init_std", nonnegative=True)
+        check_alloc((self.num_positions, self.dim), np.float64, "learned table (num_positions, dim)")
         rng = np.random.default_rng(seed)
         self.params = {"weight": rng.normal(0.0, init_std, size=(self.num_positions, self.dim))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
@@ -197,8 +205,11 @@ class LearnedPositionalEmbedding:
         return pos
 
     def forward(self, positions) -> np.ndarray:
-        """Look up rows: ``(...,)`` integer positions to ``(..., dim)``."""
-        self._positions = self._check_positions(positions)
+        """Look up rows: ``(...,)`` integer positions to ``(..., dim)``.
+
+        The positions are copied: a caller may reuse its array before :meth:`backward`.
+        """
+        self._positions = self._check_positions(positions).copy()
         return self.params["weight"][self._positions]
 
     def backward(self, dout) -> None:

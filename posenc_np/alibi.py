@@ -41,14 +41,20 @@ from __future__ import annotations
 import numpy as np
 
 from . import attention as _attn
-from ._checks import as_float_array, check_choice, check_float_dtype, check_int, check_real
+from ._checks import as_float_array, check_alloc, check_bool, check_choice, check_float_dtype, check_int, check_real
 
-__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_ELEMENTS", "attention", "attention_backward", "bias", "slopes"]
+__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_BYTES", "attention", "attention_backward", "bias", "slopes"]
 
 FORMS = ("causal", "symmetric", "bloom")
 BACKENDS = ("auto", "numpy", "numba")
-#: Largest bias (heads * q_len * k_len elements) :func:`bias` will materialise.
-MAX_BIAS_ELEMENTS = 2**31
+#: Memory budget of the materialised ALiBi bias, in bytes (1 GiB): :func:`bias` refuses a
+#: ``(heads, q_len, k_len)`` result larger than this, and the NumPy path of :func:`attention`
+#: refuses inputs whose ``(..., heads, q_len, k_len)`` scores would be larger (that path holds
+#: several arrays of that size at once, so its peak is a few times the budget). The fused
+#: kernel (``backend="numba"``, float32/float64) never materialises either and has no such limit.
+MAX_BIAS_BYTES = 1 << 30
+#: Largest query-key distance whose float value is exact, by dtype the positions are computed in.
+_EXACT_DISTANCE = {np.dtype(np.float16): 2**11, np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
 
 
 def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
@@ -92,6 +98,28 @@ def _slopes(n: int, b: float) -> np.ndarray:
     first = np.arange(1, p + 1, dtype=np.float64) / p  # exponents h / p
     extra = np.arange(1, 2 * (n - p), 2, dtype=np.float64) / (2 * p)  # (2j + 1) / (2p)
     return np.exp2(-b * np.concatenate([first, extra]))
+
+
+def _max_distance(q_len: int, k_len: int, q_offset: int) -> int:
+    """Largest ``|p_i - j|`` over queries ``p_i = i + q_offset`` (``i < q_len``) and keys ``j < k_len``."""
+    if q_len == 0 or k_len == 0:
+        return 0
+    return max(abs(q_offset + q_len - 1), abs(q_offset - (k_len - 1)))
+
+
+def _check_distances(q_len: int, k_len: int, q_offset: int, dtype) -> None:
+    """Every query-key distance must be an exact integer in ``dtype`` (where positions are computed).
+
+    Past that, neighbouring positions round to the same value and the bias silently loses
+    them (float32 beyond 2^24; a float32 ALiBi at q_offset 2^24 differed from float64 by 0.58).
+    """
+    limit = _EXACT_DISTANCE[np.dtype(dtype)]
+    dist = _max_distance(q_len, k_len, q_offset)
+    if dist > limit:
+        raise ValueError(f"q_offset={q_offset} with q_len={q_len}, k_len={k_len} puts a query {dist} positions from a "
+                         f"key, more than {np.dtype(dtype)} represents exactly ({limit}); positions would round "
+                         f"together. Use float64, or shift q_offset and the keys together (the causal and symmetric "
+                         f"forms depend only on the distance)")
 
 
 def _check_slopes(slopes_, num_heads: int) -> np.ndarray:
@@ -146,7 +174,8 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
     Raises
     ------
     ValueError
-        For a bias of more than :data:`MAX_BIAS_ELEMENTS` elements (the sizes are named).
+        For a bias of more than :data:`MAX_BIAS_BYTES` bytes (the sizes are named), or a
+        query-key distance past 2^53 (not exact in float64, where positions are computed).
     """
     n = check_int(num_heads, "num_heads", minimum=1)
     q_len = check_int(q_len, "q_len", minimum=0)
@@ -163,11 +192,13 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
         out_dtype = m.dtype
     if dtype is not None:
         out_dtype = check_float_dtype(dtype)
-    size = n * q_len * k_len
-    if size > MAX_BIAS_ELEMENTS:
-        raise ValueError(f"bias of shape (num_heads, q_len, k_len) = ({n}, {q_len}, {k_len}) would hold "
-                         f"{size} elements, more than MAX_BIAS_ELEMENTS = {MAX_BIAS_ELEMENTS}; use a shorter "
-                         f"query block (q_offset) or a fused kernel")
+    _check_budget((n, q_len, k_len), out_dtype, "bias (num_heads, q_len, k_len)")
+    _check_distances(q_len, k_len, q_offset, np.float64)
+    return _bias(m, q_len, k_len, form, q_offset, out_dtype)
+
+
+def _bias(m: np.ndarray, q_len: int, k_len: int, form: str, q_offset: int, dtype) -> np.ndarray:
+    """:func:`bias` for checked arguments: slopes ``m`` ``(heads,)``, computed in float64, cast once."""
     m = m.astype(np.float64)[:, None, None]
     qpos = (np.arange(q_len, dtype=np.float64) + q_offset)[:, None]  # (q_len, 1)
     kpos = np.arange(k_len, dtype=np.float64)[None, :]  # (1, k_len)
@@ -176,8 +207,13 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
     elif form == "symmetric":
         out = -m * np.abs(kpos - qpos) + 0.0  # "+ 0.0" turns the diagonal's -0.0 into 0.0
     else:  # bloom: key position only, identical for every query row
-        out = np.broadcast_to(m * kpos, (n, q_len, k_len))
-    return np.ascontiguousarray(out, dtype=out_dtype)
+        out = np.broadcast_to(m * kpos, (m.shape[0], q_len, k_len))
+    return np.ascontiguousarray(out, dtype=dtype)
+
+
+def _check_budget(shape, dtype, what: str) -> None:
+    check_alloc(shape, dtype, what, limit=MAX_BIAS_BYTES, limit_name="MAX_BIAS_BYTES",
+                hint="use a shorter query block (q_offset), or the fused kernel (backend='numba', float32/float64)")
 
 
 # --------------------------------------------------------------------------- attention
@@ -204,10 +240,11 @@ def _resolve_backend(backend, q, k) -> str:
 
 
 def _forward_numpy(q, k, v, m, causal, scale):
-    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path")
     form = "causal" if causal else "symmetric"
     # Bottom-right alignment, as in posenc_np.attention: query i is at position i + k_len - q_len.
-    b = bias(heads, q_len, k_len, form=form, slopes=m, q_offset=k_len - q_len, dtype=q.dtype)
+    b = _bias(m, q_len, k_len, form, k_len - q_len, q.dtype)
     return _attn.forward(q, k, v, bias=b, causal=causal, scale=scale)
 
 
@@ -219,7 +256,6 @@ def _backward_numpy(dout, inner):
 def _forward_numba(q, k, v, m, causal, scale):
     from .kernels.alibi import alibi_attention_forward
 
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else check_real(scale, "scale", positive=True)
     # q_offset=None is the same bottom-right alignment as the NumPy path.
     out, lse = alibi_attention_forward(q, k, v, m, causal=causal, scale=scale)
     return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "slopes": m, "causal": causal, "scale": scale}
@@ -274,12 +310,15 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
     """
     q, k, v = _attn._check_qkv(q, k, v)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    causal = check_bool(causal, "causal")
+    scale = _attn._check_scale(scale, q.shape[-1])
     heads = q.shape[-3]
-    m = _slopes(heads, 8.0) if slopes is None else _check_slopes(slopes, heads)
+    if slopes is not None:
+        m = _check_slopes(slopes, heads)
+    else:  # no heads (a zero-size axis): nothing to bias
+        m = _slopes(heads, 8.0) if heads else np.zeros(0)
     resolved = _resolve_backend(backend, q, k)
-    out, inner = _FORWARD[resolved](q, k, v, m, bool(causal), scale)
+    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale)
     return out, {"backend": resolved, "inner": inner}
 
 

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_int, check_real
+from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real
 from ._util import sum_to_shape
 
 __all__ = ["Hook", "backward", "causal_mask", "forward", "merge_heads", "softmax", "split_heads"]
@@ -72,20 +72,32 @@ def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     """Boolean ``(q_len, k_len)``: True where key ``j <= i + (k_len - q_len)`` (bottom-right)."""
     q_len = check_int(q_len, "q_len", minimum=0)
     k_len = check_int(k_len, "k_len", minimum=0)
+    check_alloc((q_len, k_len), bool, "causal mask (q_len, k_len)")
     return np.arange(k_len)[None, :] <= np.arange(q_len)[:, None] + (k_len - q_len)
 
 
-def softmax(logits: np.ndarray, keep: np.ndarray | None = None, axis: int = -1) -> np.ndarray:
+def softmax(logits, keep=None, axis: int = -1) -> np.ndarray:
     r"""Numerically stable softmax over ``axis`` restricted to ``keep`` (True = keep).
 
     :math:`p_j = e^{x_j - m} / \sum_{j' \in K} e^{x_{j'} - m}` with :math:`m = \max_{j \in K} x_j`;
     entries outside :math:`K` (and ``-inf`` logits) get probability 0; a row with empty
-    :math:`K` is all zeros.
+    :math:`K` (also a zero-length ``axis``) is all zeros. Integer logits are converted to
+    float64; float dtypes are kept. ``keep`` is boolean and broadcasts to ``logits``.
     """
+    logits = as_float_array(logits, "logits")
+    axis = check_int(axis, "axis")
+    if not -logits.ndim <= axis < logits.ndim:
+        raise ValueError(f"axis {axis} is out of range for logits of shape {logits.shape}")
+    if keep is not None:
+        keep = _check_broadcast(keep, "keep", logits.shape, logits.dtype)
+    return _softmax(logits, keep, axis)
+
+
+def _softmax(logits: np.ndarray, keep, axis: int) -> np.ndarray:
     not_neg_inf = logits != -np.inf  # NaN stays "kept" so that it propagates
     keep = not_neg_inf if keep is None else keep & not_neg_inf
     masked = np.where(keep, logits, -np.inf)
-    m = np.max(masked, axis=axis, keepdims=True)
+    m = np.max(masked, axis=axis, keepdims=True, initial=-np.inf)  # initial: zero-length axes too
     m = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(over="ignore"):  # -huge - huge overflows to -inf, whose exp is the correct 0
         e = np.where(keep, np.exp(masked - m), 0.0)
@@ -115,19 +127,49 @@ def _check_qkv(q, k, v):
 def _check_broadcast(arr, name, target, dtype):
     if arr is None:
         return None
-    if name == "mask":
+    if name in ("mask", "keep"):
         arr = np.asarray(arr)
         if arr.dtype != bool:
-            raise TypeError(f"mask must be a boolean array (True = keep), got dtype {arr.dtype}")
+            raise TypeError(f"{name} must be a boolean array (True = keep), got dtype {arr.dtype}")
     else:
         arr = as_float_array(arr, name).astype(dtype, copy=False)
     try:
         shape = np.broadcast_shapes(arr.shape, target)
     except ValueError as exc:
-        raise ValueError(f"{name} of shape {arr.shape} does not broadcast to (..., heads, q_len, k_len) = {target}") from exc
+        raise ValueError(f"{name} of shape {arr.shape} does not broadcast to {target}") from exc
     if shape != target:
         raise ValueError(f"{name} of shape {arr.shape} would enlarge the logits {target} to {shape}")
     return arr
+
+
+def _check_scale(scale, d: int) -> float:
+    """The logit scale: ``scale`` (finite, > 0) or the default ``1/sqrt(d)`` (needs ``d >= 1``)."""
+    if scale is not None:
+        return check_real(scale, "scale", positive=True)
+    if d == 0:
+        raise ValueError("q and k have head dim d = 0: the default scale 1/sqrt(d) is undefined; pass scale "
+                         "explicitly (every logit is then 0)")
+    return 1.0 / math.sqrt(d)
+
+
+_HOOK_METHODS = ("logits", "logits_backward", "values", "values_backward")
+
+
+def _check_hooks(hooks) -> tuple:
+    """``hooks`` as a tuple of objects with the four :class:`Hook` methods (``None`` = no hooks)."""
+    if hooks is None:
+        return ()
+    if isinstance(hooks, Hook):
+        hooks = (hooks,)
+    try:
+        hooks = tuple(hooks)
+    except TypeError as exc:
+        raise TypeError(f"hooks must be a sequence of Hook objects (or None), got {type(hooks).__name__}") from exc
+    for i, hook in enumerate(hooks):
+        missing = [m for m in _HOOK_METHODS if not callable(getattr(hook, m, None))]
+        if missing:
+            raise TypeError(f"hooks[{i}] ({type(hook).__name__}) lacks the Hook methods {missing}")
+    return hooks
 
 
 def _check_term(term, target, hook, method):
@@ -158,8 +200,8 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
         Bottom-right causal mask (see module docstring).
     scale : float, optional
         Logit scale, default :math:`1/\sqrt{d}`.
-    hooks : sequence of Hook
-        Position terms (see :class:`Hook`).
+    hooks : sequence of Hook, optional
+        Position terms (see :class:`Hook`); ``None`` or ``()`` for none.
 
     Returns
     -------
@@ -168,9 +210,9 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
         Everything :func:`backward` needs (including ``probs``).
     """
     q, k, v = _check_qkv(q, k, v)
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_real(scale, "scale", positive=True)
+    causal = check_bool(causal, "causal")
+    scale = _check_scale(scale, q.shape[-1])
+    hooks = _check_hooks(hooks)
     target = q.shape[:-1] + (k.shape[-2],)
     bias = _check_broadcast(bias, "bias", target, q.dtype)
     mask = _check_broadcast(mask, "mask", target, q.dtype)
@@ -188,7 +230,7 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
         keep = keep & mask
     if causal:
         keep = keep & causal_mask(q.shape[-2], k.shape[-2])
-    probs = softmax(logits, keep)
+    probs = _softmax(logits, keep, -1)
     out = probs @ v
     for hook, hc in zip(hooks, hook_caches):
         term, hc[1] = hook.values(probs)
@@ -197,6 +239,9 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
     cache = {"q": q, "k": k, "v": v, "probs": probs, "scale": scale, "bias_shape": None if bias is None else bias.shape,
              "hooks": tuple(hooks), "hook_caches": hook_caches}
     return out, cache
+
+
+_CACHE_KEYS = {"q", "k", "v", "probs", "scale", "bias_shape", "hooks", "hook_caches"}
 
 
 def backward(dout, cache) -> dict:
@@ -214,8 +259,10 @@ def backward(dout, cache) -> dict:
         ``q``, ``k``, ``v`` gradients and ``bias`` (``None`` when there was no bias). Hook
         parameter gradients are written into each hook's ``grads``.
     """
+    if not isinstance(cache, dict) or not _CACHE_KEYS <= set(cache):
+        raise TypeError("cache must be the dict returned by posenc_np.attention.forward")
     q, k, v, probs, scale = cache["q"], cache["k"], cache["v"], cache["probs"], cache["scale"]
-    dout = np.asarray(dout)
+    dout = as_float_array(dout, "dout")
     if dout.shape != probs.shape[:-1] + (v.shape[-1],):
         raise ValueError(f"dout must have shape {probs.shape[:-1] + (v.shape[-1],)}, got {dout.shape}")
     dv = np.swapaxes(probs, -1, -2) @ dout

@@ -17,6 +17,11 @@ cross-entropy       ``softmax_cross_entropy(logits, targets)`` / ``..._backward(
 Parameters are created in the requested ``dtype`` (float32 for training, float64 for
 gradient checks); initialisation draws from a ``numpy.random.Generator`` (or a seed) passed
 in, never from NumPy's global state.
+
+What a forward keeps for its backward: integer ids (:class:`Embedding`) are copied, so a
+caller may reuse its array; float activations are kept by reference, as in every autodiff
+framework (:class:`Linear` keeps ``x``): do not modify an input in place between a layer's
+forward and its backward.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, as_int_array, check_choice, check_float_dtype, check_int, check_real
+from ._checks import as_float_array, as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
 from ._util import scatter_add_rows
 
 __all__ = [
@@ -92,6 +97,7 @@ class Linear:
         self.out_features = check_int(out_features, "out_features", minimum=1)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         dtype = check_float_dtype(dtype)
+        check_alloc((self.in_features, self.out_features), np.float64, "Linear weight (in_features, out_features)")
         w = _rng(rng).normal(0.0, init_std, size=(self.in_features, self.out_features)).astype(dtype)
         self.params = {"weight": w}
         if bias:
@@ -139,6 +145,7 @@ class LayerNorm:
         self.dim = check_int(dim, "dim", minimum=1)
         self.eps = check_real(eps, "eps", positive=True)
         dtype = check_float_dtype(dtype)
+        check_alloc((self.dim,), dtype, "LayerNorm gain (dim,)")
         self.params = {"gamma": np.ones(self.dim, dtype=dtype), "beta": np.zeros(self.dim, dtype=dtype)}
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
         self._cache = None
@@ -182,6 +189,13 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
 
 
+#: The gate is evaluated on ``x`` clipped to ``[-GELU_CLIP, GELU_CLIP]``: beyond it both
+#: approximations have saturated exactly (``Phi = 0`` or ``1``, ``Phi' = 0`` in float64 and
+#: float32), so the clip changes no finite result, and ``x**2``, ``x**3`` cannot overflow to
+#: give ``0 * inf = NaN`` (``gelu(-inf) = 0``, ``gelu(inf) = inf``, derivatives 0 and 1).
+GELU_CLIP = 40.0
+
+
 def _gelu_cdf(x: np.ndarray, approximate: str):
     r"""The gate :math:`\Phi(x)` and its derivative :math:`\Phi'(x)`, shared by forward and backward.
 
@@ -190,6 +204,7 @@ def _gelu_cdf(x: np.ndarray, approximate: str):
     ``"tanh"`` (Hendrycks & Gimpel 2016, GPT-2):
     :math:`\Phi(x) \approx \tfrac12(1 + \tanh u)`, :math:`u = \sqrt{2/\pi}\,(x + 0.044715x^3)`,
     :math:`\Phi'(x) \approx \tfrac12(1 - \tanh^2 u)\sqrt{2/\pi}\,(1 + 3 \cdot 0.044715x^2)`.
+    ``x`` is the clipped input (see :data:`GELU_CLIP`).
     """
     # In-place arithmetic on few temporaries: at training sizes the cost of GELU is memory
     # traffic and fresh allocations, not the tanh itself.
@@ -220,19 +235,35 @@ def _gelu_cdf(x: np.ndarray, approximate: str):
     return cdf, dcdf
 
 
+def _gelu(x: np.ndarray, approximate: str):
+    """``(y, dy/dx)`` of GELU for a float array ``x`` (see :data:`GELU_CLIP` for +-inf and huge inputs)."""
+    xc = np.clip(x, -GELU_CLIP, GELU_CLIP)
+    cdf, dcdf = _gelu_cdf(xc, approximate)
+    dcdf *= xc
+    dcdf += cdf  # dy/dx = Phi(x) + x Phi'(x)
+    y = np.maximum(x, -GELU_CLIP, out=xc)  # y = x Phi(x), with Phi = 0 exactly below -GELU_CLIP
+    y *= cdf
+    return y, dcdf
+
+
 def gelu(x, *, approximate: str = "tanh") -> np.ndarray:
-    r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_cdf` for ``approximate``."""
+    r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_cdf` for ``approximate``.
+
+    Integer input is converted to float64; ``gelu(-inf) = 0``, ``gelu(inf) = inf``.
+    """
     approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
     x = as_float_array(x, "x")
-    return x * _gelu_cdf(x, approximate)[0]
+    return _gelu(x, approximate)[0]
 
 
 def gelu_backward(dy, x, *, approximate: str = "tanh") -> np.ndarray:
     r""":math:`\partial L/\partial x = \partial L/\partial y \odot (\Phi(x) + x\,\Phi'(x))`."""
     approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
     x = as_float_array(x, "x")
-    cdf, dcdf = _gelu_cdf(x, approximate)
-    return np.asarray(dy) * (cdf + x * dcdf)
+    dy = as_float_array(dy, "dy")
+    if dy.shape != x.shape:
+        raise ValueError(f"dy must have x's shape {x.shape}, got {dy.shape}")
+    return dy * _gelu(x, approximate)[1]
 
 
 class GELU:
@@ -247,11 +278,7 @@ class GELU:
 
     def forward(self, x) -> np.ndarray:
         x = as_float_array(x, "x")
-        cdf, dcdf = _gelu_cdf(x, self.approximate)
-        y = x * cdf
-        dcdf *= x
-        dcdf += cdf  # keep only dy/dx = Phi(x) + x Phi'(x): the backward is one multiply
-        self._dydx = dcdf
+        y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
         return y
 
     def backward(self, dy) -> np.ndarray:
@@ -274,6 +301,7 @@ class Embedding:
         self.dim = check_int(dim, "dim", minimum=1)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         dtype = check_float_dtype(dtype)
+        check_alloc((self.num_embeddings, self.dim), np.float64, "Embedding weight (num_embeddings, dim)")
         self.params = {"weight": _rng(rng).normal(0.0, init_std, size=(self.num_embeddings, self.dim)).astype(dtype)}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
         self._ids = None
@@ -283,7 +311,7 @@ class Embedding:
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
             raise ValueError(f"ids must lie in [0, {self.num_embeddings}), got values in "
                              f"[{int(ids.min())}, {int(ids.max())}]")
-        self._ids = ids
+        self._ids = ids = ids.copy()  # a caller reusing its array must not redirect the gradient
         return self.params["weight"][ids]
 
     def backward(self, dy) -> None:

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import as_float_array, as_positions, check_choice, check_float_dtype, check_int, check_real
+from ._checks import (as_float_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
+                      check_real)
 from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
                            yarn_get_mscale)
 
@@ -99,9 +100,17 @@ def _check_attention_factor(attention_factor) -> float:
     return check_real(attention_factor, "attention_factor", positive=True)
 
 
-def _tables(angles: np.ndarray, amplitude, layout: str, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Lay per-pair ``amplitude*cos(angles)``, ``amplitude*sin(angles)`` (``(..., n)``) out as ``(..., 2n)``."""
+def _tables(angles: np.ndarray, amplitude, layout: str, dtype, amplitude_name="attention_factor"):
+    """Lay per-pair ``amplitude*cos(angles)``, ``amplitude*sin(angles)`` (``(..., n)``) out as ``(..., 2n)``.
+
+    Values are computed in float64; a narrower ``dtype`` that cannot hold them raises
+    ``ValueError`` naming ``amplitude_name`` instead of casting them to inf.
+    """
     c, s = amplitude * np.cos(angles), amplitude * np.sin(angles)
+    big = np.finfo(dtype).max
+    if dtype != np.float64 and c.size and max(np.max(np.abs(c)), np.max(np.abs(s))) > big:
+        raise ValueError(f"{amplitude_name} makes the cos/sin tables exceed {np.dtype(dtype)}'s largest value {big}; "
+                         "use a wider dtype")
     if layout == "half":
         c, s = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
     else:
@@ -223,6 +232,8 @@ def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str =
     freqs = _check_inv_freq(inv_freq)
     factor = _check_attention_factor(attention_factor)
     pos = as_positions(positions).astype(np.float64)
+    check_alloc(pos.shape + (2 * freqs.size,), np.float64, "cos/sin tables positions.shape + (2 * len(inv_freq),)")
+    check_angles(pos, freqs)
     return _tables(pos[..., None] * freqs, factor, layout, dtype)
 
 
@@ -370,6 +381,13 @@ def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | 
     power = (as_positions(positions).astype(np.float64) - c) / scale_base
     if role == "key":
         power = -power
+    check_alloc(power.shape + (dim // 2,), np.float64, "xPos scale positions.shape + (dim // 2,)")
+    # zeta_i < 1, so the largest scale is zeta_0 ** min(power): it overflows iff -min(power) ln(1/zeta_0) > ln(max)
+    worst = -float(np.min(power)) if power.size else 0.0
+    if worst * -np.log(zeta[0]) > np.log(np.finfo(np.float64).max):
+        raise ValueError(f"the xPos {role} scale overflows float64: |p - c| / scale_base reaches {worst:.6g} "
+                         f"(centre {c}, scale_base {scale_base}); centre the positions (centre='torchscale' or a "
+                         "number) or raise scale_base")
     return zeta ** power[..., None]
 
 
@@ -386,7 +404,8 @@ def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int 
     freqs = _check_inv_freq(inv_freq)
     scale = xpos_scale(positions, 2 * freqs.size, role=role, centre=centre, seq_len=seq_len, scale_base=scale_base)
     pos = as_positions(positions).astype(np.float64)
-    return _tables(pos[..., None] * freqs, scale, layout, dtype)
+    check_angles(pos, freqs)
+    return _tables(pos[..., None] * freqs, scale, layout, dtype, "the xPos scale (positions, centre, scale_base)")
 
 
 # --------------------------------------------------------------------------- multi-axis: 2-D axial, M-RoPE
@@ -398,6 +417,8 @@ def _stream_angles(positions, freqs: np.ndarray, stream: np.ndarray, name: str) 
     if pos.ndim < 1 or pos.shape[0] <= int(stream.max()):
         raise ValueError(f"{name} must have shape ({int(stream.max()) + 1}, ...) (one row per position "
                          f"stream), got {pos.shape}")
+    check_alloc(pos.shape[1:] + (2 * freqs.size,), np.float64, f"cos/sin tables {name}.shape[1:] + (rotary dim,)")
+    check_angles(pos, freqs, f"{name} * inv_freq")
     return np.moveaxis(pos[stream], 0, -1) * freqs
 
 
@@ -507,6 +528,8 @@ def long_term_decay(distances, inv_freq) -> np.ndarray:
     """
     freqs = _check_inv_freq(inv_freq)
     r = as_positions(distances, "distances").astype(np.float64)
+    check_alloc(r.shape + freqs.shape, np.complex128, "partial sums distances.shape + (len(inv_freq),)")
+    check_angles(r, freqs, "distances * inv_freq")
     partial_sums = np.cumsum(np.exp(1j * r[..., None] * freqs), axis=-1)
     return np.abs(partial_sums).mean(axis=-1)
 

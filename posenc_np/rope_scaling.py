@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_int, check_real
+from ._checks import as_float_array, check_bool, check_int, check_real
 from .absolute import sinusoidal_frequencies
 
 __all__ = [
@@ -45,6 +45,10 @@ class _DefaultBase(float):
 
 
 DEFAULT_BASE = _DefaultBase(10000.0)
+
+#: Largest length (``seq_len``, ``max_position_embeddings``, ``original_max_position_embeddings``)
+#: accepted: positions past 2^53 are not exact in the float64 angles.
+MAX_LENGTH = 2**53
 
 # Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
 # posenc_np.rope.mrope_cos_sin, not here.
@@ -99,7 +103,7 @@ def _original_max(params: dict, rope_type: str, max_position_embeddings):
     if value is None:
         raise ValueError(f"rope_type {rope_type!r} needs scaling['original_max_position_embeddings'] "
                          "or the max_position_embeddings argument")
-    return check_int(value, "original_max_position_embeddings", minimum=1)
+    return check_int(value, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
 
 
 def _implied_factor(params, rope_type, L0, max_position_embeddings):
@@ -116,6 +120,19 @@ def _ntk_exponent(dim: int, rope_type: str) -> float:
     if dim <= 2:
         raise ValueError(f"rope_type {rope_type!r} rescales the base by a power d/(d-2); dim must be > 2, got {dim}")
     return dim / (dim - 2)
+
+
+def _scaled_base(base: float, ratio: float, dim: int, rope_type: str, key: str) -> float:
+    """``base * ratio**(d/(d-2))`` (the NTK rescaled base), or ``ValueError`` naming ``key`` when it
+    is not a finite float64."""
+    try:
+        new_base = base * ratio ** _ntk_exponent(dim, rope_type)
+    except OverflowError:
+        new_base = math.inf
+    if not math.isfinite(new_base):
+        raise ValueError(f"rope_type {rope_type!r}: {key} makes the rescaled base {base} * {ratio:.6g}^(d/(d-2)) "
+                         f"overflow float64")
+    return new_base
 
 
 # --------------------------------------------------------------------------- one function per type
@@ -135,7 +152,7 @@ def _ntk(dim, base, params, seq_len, max_pos):
     """Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
     ``theta_rescale_factor``): :math:`\\mathrm{base}' = \\mathrm{base}\\,\\alpha^{d/(d-2)}`."""
     alpha = _factor(params, "alpha", "ntk")
-    return sinusoidal_frequencies(dim, base=base * alpha ** _ntk_exponent(dim, "ntk")), 1.0
+    return sinusoidal_frequencies(dim, base=_scaled_base(base, alpha, dim, "ntk", "scaling['alpha']")), 1.0
 
 
 def _dynamic(dim, base, params, seq_len, max_pos):
@@ -145,7 +162,7 @@ def _dynamic(dim, base, params, seq_len, max_pos):
     if max_pos is None:
         raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
     L = max_pos if seq_len is None else max(seq_len, max_pos)
-    new_base = base * (s * L / max_pos - (s - 1.0)) ** _ntk_exponent(dim, "dynamic")
+    new_base = _scaled_base(base, s * L / max_pos - (s - 1.0), dim, "dynamic", "scaling['factor'] with seq_len")
     return sinusoidal_frequencies(dim, base=new_base), 1.0
 
 
@@ -165,20 +182,48 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
     .. math:: c(r) = \frac{d \,\ln\!\big(L_0 / (2\pi r)\big)}{2 \ln \mathrm{base}}
 
     (YaRN "find_correction_dim"). For d=64, base 1.5e5, :math:`L_0` = 4096:
-    :math:`c(32) = 8.0928`, :math:`c(1) = 17.3980`.
+    :math:`c(32) = 8.0928`, :math:`c(1) = 17.3980`. ``dim`` even >= 2, ``base > 0`` and not 1,
+    :math:`L_0 \ge 1`, ``num_rotations > 0``.
     """
     r = check_real(num_rotations, "num_rotations", positive=True)
-    return dim * math.log(original_max_position_embeddings / (2.0 * math.pi * r)) / (2.0 * math.log(base))
+    dim, base = _check_dim_base(dim, base)
+    L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
+    return _correction_dim(r, dim, base, L0)
+
+
+def _correction_dim(r: float, dim: int, base: float, L0: int) -> float:
+    return dim * math.log(L0 / (2.0 * math.pi * r)) / (2.0 * math.log(base))
 
 
 def yarn_correction_range(dim: int, base: float, original_max_position_embeddings: int, *,
                           beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True):
     r"""YaRN ramp bounds ``(low, high)``: :math:`c(\beta_{fast})`, :math:`c(\beta_{slow})`, floored
-    and ceiled when ``truncate`` (the default, as in Hugging Face), then clamped to
-    :math:`[0, d-1]`. Returns ints when truncated, floats otherwise.
+    and ceiled when ``truncate`` (the default, as in Hugging Face), then ``low`` clamped below at 0
+    and ``high`` above at :math:`d-1` (Hugging Face's clamps). Returns ints when truncated,
+    floats otherwise.
+
+    ``beta_fast >= beta_slow > 0`` (the ramp runs from the fast to the slow rotation count;
+    swapping them would invert it, so it raises ``ValueError``); ``dim`` even >= 2; ``base > 0``
+    and not 1; :math:`L_0 \ge 1`.
     """
-    low = yarn_correction_dim(beta_fast, dim, base, original_max_position_embeddings)
-    high = yarn_correction_dim(beta_slow, dim, base, original_max_position_embeddings)
+    dim, base = _check_dim_base(dim, base)
+    L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
+    beta_fast, beta_slow = _check_betas(beta_fast, beta_slow, "beta_fast", "beta_slow")
+    return _correction_range(dim, base, L0, beta_fast, beta_slow, check_bool(truncate, "truncate"))
+
+
+def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[float, float]:
+    beta_fast = check_real(beta_fast, fast_name, positive=True)
+    beta_slow = check_real(beta_slow, slow_name, positive=True)
+    if beta_fast < beta_slow:
+        raise ValueError(f"{fast_name} ({beta_fast}) must be >= {slow_name} ({beta_slow}): the YaRN ramp runs from "
+                         "the fast to the slow rotation count, and swapping them inverts it")
+    return beta_fast, beta_slow
+
+
+def _correction_range(dim: int, base: float, L0: int, beta_fast: float, beta_slow: float, truncate: bool):
+    low = _correction_dim(beta_fast, dim, base, L0)
+    high = _correction_dim(beta_slow, dim, base, L0)
     if truncate:
         low, high = math.floor(low), math.ceil(high)
     return max(low, 0), min(high, dim - 1)
@@ -188,11 +233,10 @@ def _yarn(dim, base, params, seq_len, max_pos):
     """YaRN "NTK-by-parts" (Peng et al. 2023), Hugging Face 5.x semantics; see :func:`inv_freq`."""
     L0 = _original_max(params, "yarn", max_pos)
     s = _implied_factor(params, "yarn", L0, max_pos)
-    beta_fast = _factor(params, "beta_fast", "yarn", default=32.0)
-    beta_slow = _factor(params, "beta_slow", "yarn", default=1.0)
-    truncate = params.get("truncate", True)
-    if not isinstance(truncate, (bool, np.bool_)):
-        raise TypeError(f"scaling['truncate'] must be a bool, got {truncate!r}")
+    beta_fast, beta_slow = _check_betas(_factor(params, "beta_fast", "yarn", default=32.0),
+                                        _factor(params, "beta_slow", "yarn", default=1.0),
+                                        "scaling['beta_fast']", "scaling['beta_slow']")
+    truncate = check_bool(params.get("truncate", True), "scaling['truncate']")
     attention_factor = params.get("attention_factor")
     if attention_factor is not None:
         attention_factor = _factor(params, "attention_factor", "yarn")
@@ -204,7 +248,7 @@ def _yarn(dim, base, params, seq_len, max_pos):
             attention_factor = yarn_get_mscale(s, mscale) / yarn_get_mscale(s, mscale_all_dim)
         else:
             attention_factor = yarn_get_mscale(s)
-    low, high = yarn_correction_range(dim, base, L0, beta_fast=beta_fast, beta_slow=beta_slow, truncate=bool(truncate))
+    low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
     if low == high:
         high += 0.001  # HF: prevent a zero-width ramp
     ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
@@ -228,8 +272,14 @@ def _longrope(dim, base, params, seq_len, max_pos):
     attention_factor = params.get("attention_factor")
     if attention_factor is not None:
         attention_factor = _factor(params, "attention_factor", "longrope")
+    elif s <= 1.0:
+        attention_factor = 1.0
     else:
-        attention_factor = 1.0 if s <= 1.0 else math.sqrt(1.0 + math.log(s) / math.log(L0))
+        if L0 < 2:
+            raise ValueError("rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined "
+                             f"for original_max_position_embeddings L0 = {L0}; give L0 >= 2 or "
+                             "scaling['attention_factor']")
+        attention_factor = math.sqrt(1.0 + math.log(s) / math.log(L0))
     # exactly L0 uses the short factors (HF: "seq_len > original_max_position_embeddings")
     factors = ext["long_factor"] if seq_len is not None and seq_len > L0 else ext["short_factor"]
     return sinusoidal_frequencies(dim, base=base) / factors, float(attention_factor)
@@ -309,6 +359,9 @@ def _normalise(scaling) -> tuple[str, dict]:
         raise TypeError(f"scaling must be a dict (a Hugging Face rope_parameters / rope_scaling) or None, "
                         f"got {type(scaling).__name__}")
     new, old = scaling.get("rope_type"), scaling.get("type")
+    for key, value in (("rope_type", new), ("type", old)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"scaling[{key!r}] must be a string, one of {list(ROPE_TYPES)}; got {value!r}")
     if new is not None and old is not None and new != old:
         raise ValueError(f"scaling has rope_type={new!r} and type={old!r}; they must agree")
     rope_type = new if new is not None else (old if old is not None else "default")
@@ -413,8 +466,9 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     rope_type, params = _normalise(scaling)
     dim, base = _resolve_dim_base(dim, base, params, rope_type)
     if seq_len is not None:
-        seq_len = check_int(seq_len, "seq_len", minimum=1)
+        seq_len = check_int(seq_len, "seq_len", minimum=1, maximum=MAX_LENGTH)
     if max_position_embeddings is not None:
-        max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1)
+        max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1,
+                                            maximum=MAX_LENGTH)
     inv, attention_factor = _SCALINGS[rope_type](dim, base, params, seq_len, max_position_embeddings)
     return np.asarray(inv, dtype=np.float64), float(attention_factor)

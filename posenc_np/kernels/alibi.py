@@ -74,7 +74,8 @@ from llvmlite import ir
 from numba import prange, types
 from numba.core.extending import intrinsic, overload
 
-from .._checks import check_int, check_real
+from .._checks import check_bool, check_int, check_real
+from ..alibi import _check_distances, _check_slopes
 from . import ALIBI_NUMBA_MIN_T
 from ._numba import FASTMATH, blas_single_thread, launch_guard, njit_kernel
 
@@ -116,17 +117,14 @@ def _check_inputs(q, k, v, slopes, causal, scale, q_offset):
                          f"(..., heads, k_len, d_v) with matching leading axes; got q {q.shape}, "
                          f"k {k.shape}, v {v.shape}")
     heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
-    slopes = np.asarray(slopes)
-    if slopes.shape != (heads,) or slopes.dtype.kind not in "iuf":
-        raise ValueError(f"slopes must be a real array of shape (heads,) = ({heads},), got "
-                         f"{slopes.dtype} {slopes.shape}")
-    if not np.all(np.isfinite(slopes)):
-        raise ValueError("slopes must be finite (no NaN or inf)")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__} {causal!r}")
+    slopes = _check_slopes(slopes, heads)
+    causal = check_bool(causal, "causal")
     scale = check_real(scale, "scale", positive=True)
     q_offset = k_len - q_len if q_offset is None else check_int(q_offset, "q_offset")
-    return q, k, v, slopes, bool(causal), scale, q_offset
+    dtype = np.result_type(q, k, v)
+    if dtype in (np.float32, np.float64):  # (other dtypes are refused by _prepare)
+        _check_distances(q_len, k_len, q_offset, dtype)
+    return q, k, v, slopes, causal, scale, q_offset
 
 
 def _per_item_slopes(slopes, n_items, dtype):
@@ -152,7 +150,7 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
         are not C-contiguous in the last two axes (transposed, strided, offset views) are
         copied once to C order.
     slopes : array_like ``(heads,)``
-        ALiBi slopes :math:`m_h` (:func:`posenc_np.alibi.slopes`), non-negative.
+        ALiBi slopes :math:`m_h` (:func:`posenc_np.alibi.slopes`), finite and non-negative.
     causal : bool
         ``True``: ``causal`` form and causal mask; ``False``: ``symmetric`` form, no mask.
     scale : float
@@ -160,7 +158,9 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
     q_offset : int, optional
         Position of query 0 (query ``i`` is at ``i + q_offset``, key ``j`` at ``j``); default
         ``k_len - q_len``, the bottom-right alignment of :func:`posenc_np.attention.forward`.
-        The causal mask follows it: key ``j`` is kept iff ``j <= i + q_offset``.
+        The causal mask follows it: key ``j`` is kept iff ``j <= i + q_offset``. Every
+        query-key distance must be an exact integer in the compute dtype (at most 2^24 in
+        float32, 2^53 in float64), else ``ValueError``.
 
     Returns
     -------

@@ -62,7 +62,7 @@ import numba
 import numpy as np
 from numba import uint64
 
-from .._checks import as_float_array, as_positions, check_choice, check_real
+from .._checks import as_float_array, as_positions, check_angles, check_choice, check_real
 from ..rope import LAYOUTS, _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
@@ -657,5 +657,6 @@ def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: 
                          f"wider than x ({x.shape[-1]} channels)")
     factor = check_real(attention_factor, "attention_factor", positive=True)
     _check_lead(positions.shape, x, "positions", "x")
+    check_angles(positions.astype(np.float64, copy=False), freqs)
     out = _check_out(out, x, "x")
     return _run(x, out, layout=layout, inverse=bool(inverse), angles=(positions, freqs, factor))

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_choice, check_int, check_real
+from .._checks import as_float_array, check_alloc, check_choice, check_int, check_real
 from .._util import scatter_add_rows
 from ..attention import Hook
 
@@ -53,6 +53,7 @@ def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
     r"""``(q_len, k_len)`` int64 :math:`\delta_{ij} = (i + k_{len} - q_{len}) - j` (query - key, unclipped)."""
     q_len = check_int(q_len, "q_len", minimum=0)
     k_len = check_int(k_len, "k_len", minimum=0)
+    check_alloc((q_len, k_len), np.int64, "relative distances (q_len, k_len)")
     return (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len)) - np.arange(k_len, dtype=np.int64)[None, :]
 
 

@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_choice, check_int, check_real
+from .._checks import as_float_array, as_int_array, check_alloc, check_choice, check_int, check_real
 from .._util import scatter_add_rows
 from ..attention import Hook
 
@@ -135,8 +135,9 @@ def deberta_log_bucket_position(relative_pos, bucket_size: int, max_position: in
     """
     rel = as_int_array(relative_pos, "relative_pos")
     bucket_size, max_position = _check_bucket_args(bucket_size, max_position)
-    if rel.size and np.abs(rel).max() > _MAX_ABS_REL:
-        raise ValueError(f"relative_pos must satisfy |relative_pos| <= 2**53, got {int(np.abs(rel).max())}")
+    if rel.size and (rel.max() > _MAX_ABS_REL or rel.min() < -_MAX_ABS_REL):  # (np.abs wraps int64's minimum)
+        worst = int(rel.max()) if rel.max() > _MAX_ABS_REL else int(rel.min())
+        raise ValueError(f"relative_pos must satisfy |relative_pos| <= 2**53, got {worst}")
     mid = bucket_size // 2
     a = np.where(np.abs(rel) < mid, mid - 1, np.abs(rel))
     out = rel.copy()
@@ -176,7 +177,9 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
     k_len = check_int(k_len, "k_len", minimum=0)
     bucket_size = check_int(bucket_size, "bucket_size")
     max_position = check_int(max_position, "max_position")
-    offset = k_len - q_len if query_offset is None else check_int(query_offset, "query_offset")
+    offset = k_len - q_len if query_offset is None else check_int(query_offset, "query_offset", minimum=-2**53,
+                                                                                   maximum=2**53)
+    check_alloc((q_len, k_len), np.int64, "relative positions (q_len, k_len)")
     if bucket_size != -1 and bucket_size < 2:
         raise ValueError(f"bucket_size must be -1 (no buckets) or >= 2, got {bucket_size}")
     if max_position != -1 and max_position < 1:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_real
+from .._checks import as_float_array, check_alloc, check_int, check_real
 from .._util import scatter_add_rows
 from ..attention import Hook
 
@@ -64,6 +64,7 @@ def shaw_relative_index(q_len: int, k_len: int, max_relative_position: int) -> n
     q_len = check_int(q_len, "q_len", minimum=0)
     k_len = check_int(k_len, "k_len", minimum=0)
     kmax = check_int(max_relative_position, "max_relative_position", minimum=0)
+    check_alloc((q_len, k_len), np.int64, "relative index (q_len, k_len)")
     rel = np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
     return np.clip(rel, -kmax, kmax) + kmax
 

@@ -53,7 +53,7 @@ import math
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_int, check_real
+from .._checks import as_float_array, as_int_array, check_alloc, check_int, check_real
 from .._util import scatter_add_rows, sum_to_shape
 from ..attention import Hook
 
@@ -170,6 +170,7 @@ def t5_relative_positions(q_len: int, k_len: int) -> np.ndarray:
     """
     q_len = check_int(q_len, "q_len", minimum=0)
     k_len = check_int(k_len, "k_len", minimum=0)
+    check_alloc((q_len, k_len), np.int64, "relative positions (q_len, k_len)")
     return np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_int, check_real
+from .._checks import as_float_array, check_alloc, check_int, check_real
 from ..absolute import sinusoidal
 from ..attention import Hook
 
@@ -104,6 +104,7 @@ def txl_relative_sinusoid(k_len: int, dim: int, *, base: float = 10000.0, clamp_
     ndarray, float64, shape ``(k_len, dim)``
     """
     k_len = check_int(k_len, "k_len", minimum=0)
+    check_alloc((k_len,), np.int64, "relative distances (k_len,)")  # (the sinusoid checks k_len x dim)
     dist = np.arange(k_len - 1, -1, -1, dtype=np.int64)
     if clamp_len is not None:
         clamp_len = check_int(clamp_len, "clamp_len", minimum=1)

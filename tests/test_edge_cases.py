@@ -1,0 +1,296 @@
+"""Regression tests for bad input, overflow and degenerate shapes (issue 13).
+
+Each test names the failure it guards against: a silently wrong result, an overflow to
+inf/NaN with only a RuntimeWarning, an error that does not name the argument, or two
+backends that disagree on an empty shape. Expected values come from the formulas.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from posenc_np import absolute, alibi, attention, layers, relative, rope
+from posenc_np.kernels.alibi import alibi_attention_forward
+
+# ------------------------------------------------------------------ attention core
+
+
+def test_softmax_of_integers_is_float_not_truncated():
+    """softmax([1, 2, 3]) was cast back to int: [0, 0, 0]."""
+    e = [math.exp(v) for v in (1, 2, 3)]
+    got = attention.softmax(np.array([1, 2, 3]))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, [v / sum(e) for v in e], rtol=1e-15)
+
+
+def test_softmax_rejects_bad_keep_and_axis():
+    with pytest.raises(TypeError, match="keep must be a boolean"):
+        attention.softmax(np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        attention.softmax(np.zeros((2, 3)), axis=2)
+    assert attention.softmax(np.zeros((2, 0))).shape == (2, 0)  # zero-length axis: no reduction error
+
+
+def test_forward_hooks_none_means_no_hooks_and_bad_hooks_are_named():
+    q = np.random.default_rng(0).standard_normal((1, 2, 3, 4))
+    ref, _ = attention.forward(q, q, q)
+    np.testing.assert_array_equal(attention.forward(q, q, q, hooks=None)[0], ref)
+    with pytest.raises(TypeError, match="hooks must be a sequence"):
+        attention.forward(q, q, q, hooks=3)
+    with pytest.raises(TypeError, match=r"hooks\[0\].*lacks the Hook methods"):
+        attention.forward(q, q, q, hooks=[object()])
+    with pytest.raises(TypeError, match="cache must be the dict"):
+        attention.backward(np.zeros((1, 2, 3, 4)), {"q": q})
+
+
+def test_head_dim_zero_needs_an_explicit_scale_on_both_paths():
+    """d = 0: ZeroDivisionError (NumPy) vs 'scale must be finite' (Numba) before; now one ValueError."""
+    q = np.zeros((1, 2, 3, 0))
+    v = np.arange(2 * 3 * 5, dtype=np.float64).reshape(1, 2, 3, 5)
+    for call in (lambda: attention.forward(q, q, v), lambda: alibi.attention(q, q, v, backend="numpy"),
+                 lambda: alibi.attention(q, q, v, backend="numba")):
+        with pytest.raises(ValueError, match=r"head dim d = 0.*pass scale"):
+            call()
+    # with a scale every logit is 0: plain attention averages the (non-causal) values
+    out, _ = attention.forward(q, q, v, scale=1.0)
+    np.testing.assert_allclose(out, np.broadcast_to(v.mean(axis=-2, keepdims=True), v.shape))
+
+
+DEGENERATE = [  # q shape, k shape, v shape
+    ((1, 0, 4, 8), (1, 0, 4, 8), (1, 0, 4, 8)),  # heads = 0
+    ((1, 2, 4, 8), (1, 2, 0, 8), (1, 2, 0, 8)),  # k_len = 0: every row fully masked
+    ((1, 2, 0, 8), (1, 2, 0, 8), (1, 2, 0, 8)),  # T = 0
+    ((1, 2, 0, 8), (1, 2, 5, 8), (1, 2, 5, 8)),  # q_len = 0
+    ((0, 2, 4, 8), (0, 2, 4, 8), (0, 2, 4, 8)),  # batch = 0
+    ((1, 2, 4, 8), (1, 2, 4, 8), (1, 2, 4, 0)),  # d_v = 0
+    ((1, 2, 4, 0), (1, 2, 4, 0), (1, 2, 4, 3)),  # d = 0 with an explicit scale
+]
+
+
+@pytest.mark.parametrize("shapes", DEGENERATE, ids=lambda s: "x".join(map(str, s[0])) + "-k" + str(s[1][2]))
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_backends_agree_on_degenerate_shapes(shapes, causal):
+    """heads = 0 raised 'negative shift count'; k_len = 0 / T = 0 raised on NumPy and gave zeros on Numba."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal(s) for s in shapes)
+    scale = 1.0 if q.shape[-1] == 0 else None
+    results = {}
+    for backend in ("numpy", "numba"):
+        out, cache = alibi.attention(q, k, v, causal=causal, scale=scale, backend=backend)
+        grads = alibi.attention_backward(np.ones_like(out), cache)
+        assert out.shape == q.shape[:-1] + v.shape[-1:]
+        assert all(grads[n].shape == x.shape for n, x in zip("qkv", (q, k, v)))
+        results[backend] = (out, grads)
+    np.testing.assert_allclose(results["numpy"][0], results["numba"][0], atol=1e-12)
+    for n in "qkv":
+        np.testing.assert_allclose(results["numpy"][1][n], results["numba"][1][n], atol=1e-12)
+    if k.shape[-2] == 0:  # no keys: fully masked rows are 0 (the documented convention), not NaN
+        assert np.all(results["numpy"][0] == 0)
+
+
+def test_plain_attention_with_no_keys_is_zero():
+    q = np.ones((1, 1, 3, 4))
+    out, cache = attention.forward(q, np.ones((1, 1, 0, 4)), np.ones((1, 1, 0, 2)))
+    assert out.shape == (1, 1, 3, 2) and np.all(out == 0)
+    g = attention.backward(np.ones_like(out), cache)
+    assert np.all(g["q"] == 0) and g["k"].shape == (1, 1, 0, 4)
+
+
+# ------------------------------------------------------------------ ALiBi limits
+
+
+def test_kernel_refuses_negative_slopes_and_non_exact_offsets():
+    q = np.zeros((1, 2, 4, 8))
+    with pytest.raises(ValueError, match="slopes must be >= 0"):
+        alibi_attention_forward(q, q, q, np.array([-1.0, 1.0]), causal=True, scale=1.0)
+    with pytest.raises(ValueError, match=r"q_offset=1180591620717411303424 .*float64 represents exactly"):
+        alibi_attention_forward(q, q, q, np.ones(2), causal=True, scale=1.0, q_offset=2**70)
+    # float32 positions are exact up to 2^24: a query 2^24 + 3 positions from key 0 is refused ...
+    q32 = np.zeros((1, 2, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="float32 represents exactly"):
+        alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, q_offset=2**24)
+    # ... and accepted at the limit: the largest distance is exactly 2^24
+    alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, q_offset=2**24 - 3)
+
+
+def test_bias_refuses_offsets_past_float64_exactness():
+    with pytest.raises(ValueError, match="float64 represents exactly"):
+        alibi.bias(1, 1, 1, q_offset=2**53 + 1)
+    b = alibi.bias(1, 1, 1, q_offset=2**53, slopes=np.array([1.0]))  # distance 2^53 is exact
+    assert b[0, 0, 0] == -(2.0**53)
+
+
+def test_float16_numpy_path_refuses_scores_over_the_byte_budget():
+    """float16 always takes the materialising path: T = 40 000 tried to allocate 11.9 GiB."""
+    T = 20_000  # 4 heads: 4 * T^2 * 2 bytes = 3.2 GB > MAX_BIAS_BYTES; the check runs before any allocation
+    q = np.zeros((1, 4, T, 8), np.float16)
+    for backend in ("auto", "numpy"):
+        with pytest.raises(ValueError, match=r"\(1, 4, 20000, 20000\).*3200000000 bytes.*MAX_BIAS_BYTES"):
+            alibi.attention(q, q, q, backend=backend)
+    with pytest.raises(ValueError, match=r"MAX_BIAS_BYTES"):
+        alibi.bias(8, 8192, 8192, dtype=np.float32)  # 2 GiB
+    assert alibi.bias(8, 8192, 4096, dtype=np.float32).nbytes == alibi.MAX_BIAS_BYTES  # exactly the budget
+
+
+# ------------------------------------------------------------------ overflow guards
+
+
+def _no_warnings(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn()
+
+
+def test_gelu_at_infinity():
+    """gelu(-inf) was NaN (inf * 0); the derivative at +-inf was NaN too."""
+    x = np.array([-np.inf, -1e300, np.inf, 1e300])
+    for approx in ("tanh", "none"):
+        y = _no_warnings(lambda: layers.gelu(x, approximate=approx))
+        np.testing.assert_array_equal(y, [0.0, 0.0, np.inf, 1e300])
+        d = _no_warnings(lambda: layers.gelu_backward(np.ones(4), x, approximate=approx))
+        np.testing.assert_array_equal(d, [0.0, 0.0, 1.0, 1.0])
+        layer = layers.GELU(approximate=approx)
+        x32 = np.array([-np.inf, -3e38, np.inf, 3e38], np.float32)
+        np.testing.assert_array_equal(_no_warnings(lambda: layer.forward(x32)), [0, 0, np.inf, x32[3]])
+        np.testing.assert_array_equal(layer.backward(np.ones(4, np.float32)), [0, 0, 1, 1])
+
+
+def test_gelu_clip_changes_no_finite_value():
+    """The gate is evaluated on x clipped to +-40: both approximations are saturated there."""
+    x = np.linspace(-60, 60, 2401)
+    for approx in ("tanh", "none"):
+        y = layers.gelu(x, approximate=approx)
+        if approx == "tanh":
+            u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+            ref = 0.5 * x * (1 + np.tanh(u))
+        else:
+            ref = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x])
+        np.testing.assert_allclose(y, ref, rtol=1e-13, atol=0)  # (operation order differs by an ulp)
+        far = np.abs(x) > 40
+        np.testing.assert_array_equal(y[far], ref[far])  # saturated: exactly x or (-)0
+
+
+def test_xpos_overflow_is_a_named_error():
+    """xpos_cos_sin past ~3e5 positions with centre='none' gave inf with a RuntimeWarning."""
+    freqs = rope.inv_freq(64)[0]
+    # the largest key scale is zeta_0^(-p/B), zeta_0 = 0.4 / 1.4: overflow iff p/B * ln(3.5) > ln(DBL_MAX)
+    limit = 512 * math.log(np.finfo(np.float64).max) / math.log(3.5)
+    ok = _no_warnings(lambda: rope.xpos_cos_sin(np.array([math.floor(limit)]), freqs, role="key"))
+    assert np.all(np.isfinite(ok[0]))
+    with pytest.raises(ValueError, match=r"xPos key scale overflows float64.*centre"):
+        rope.xpos_cos_sin(np.array([math.ceil(limit)]), freqs, role="key")
+    # centred, the same positions are fine
+    n = 400_000
+    c, s = _no_warnings(lambda: rope.xpos_cos_sin(np.array([0, n - 1]), freqs, role="key", centre="torchscale",
+                                                  seq_len=n))
+    assert np.all(np.isfinite(c)) and np.all(np.isfinite(s))
+
+
+def test_narrow_table_dtypes_refuse_values_they_cannot_hold():
+    """float16 tables with a large attention factor overflowed in the cast."""
+    freqs = np.array([1.0, 0.1])
+    with pytest.raises(ValueError, match="attention_factor makes the cos/sin tables exceed float16"):
+        rope.cos_sin(np.arange(3), freqs, attention_factor=1e6, dtype=np.float16)
+    c, _ = rope.cos_sin(np.zeros(1), freqs, attention_factor=60000.0, dtype=np.float16)  # cos 0 = 1: 60000 fits
+    assert c[0, 0] == np.float16(60000.0)
+    with pytest.raises(ValueError, match="xPos scale.*exceed float16"):
+        rope.xpos_cos_sin(np.array([0, 1e5]), rope.inv_freq(8)[0], role="key", dtype=np.float16)
+
+
+def test_angle_overflow_is_a_named_error():
+    with pytest.raises(ValueError, match="overflows float64"):
+        rope.cos_sin(np.array([1e300]), np.array([1e300]))
+    with pytest.raises(ValueError, match="overflows float64"):
+        absolute.sinusoidal(np.array([1e308]), 4, base=1e-300)
+
+
+def test_timing_signal_extreme_timescales():
+    """ln(max/min) overflowed for max/min = 1e600 (RuntimeWarning, NaN table)."""
+    got = _no_warnings(lambda: absolute.timing_signal(np.arange(3), 4, min_timescale=1e-300, max_timescale=1e300))
+    # n = 2 timescales: omega = [min, min * exp(-ln(max/min))] = [1e-300, 1e-600 -> 0]
+    p = np.arange(3.0)
+    ref = np.stack([np.sin(p * 1e-300), np.zeros(3), np.cos(p * 1e-300), np.ones(3)], axis=-1)
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_integer_overflow_in_bucket_functions():
+    """deberta: np.abs(int64 min) wrapped, so the 2^53 guard passed and returned bucket int64.min;
+    t5: uint64 2**63 + 5 wrapped to a negative distance."""
+    with pytest.raises(ValueError, match=r"\|relative_pos\| <= 2\*\*53, got -9223372036854775808"):
+        relative.deberta_log_bucket_position(np.array([np.iinfo(np.int64).min]), 256, 512)
+    with pytest.raises(ValueError, match="relative_position must fit in int64"):
+        relative.t5_relative_position_bucket(np.array([2**63 + 5], dtype=np.uint64))
+    # uint64 values that fit are fine: +128 is the last bidirectional bucket (31)
+    assert relative.t5_relative_position_bucket(np.array([128], dtype=np.uint64))[0] == 31
+
+
+def test_size_arguments_past_the_allocation_limit_are_value_errors():
+    with pytest.raises(ValueError, match="MAX_ALLOC_BYTES"):
+        absolute.sinusoidal(np.arange(4), 2**40)
+    with pytest.raises(ValueError, match="MAX_ALLOC_BYTES"):
+        layers.Linear(2**20, 2**20)
+    with pytest.raises(ValueError, match="MAX_ALLOC_BYTES"):
+        absolute.LearnedPositionalEmbedding(2**62, 4)
+
+
+# ------------------------------------------------------------------ RoPE scaling dicts
+
+
+def test_scaling_dict_edge_cases_name_the_key():
+    with pytest.raises(TypeError, match=r"scaling\['rope_type'\] must be a string"):
+        rope.inv_freq(8, scaling={"rope_type": ["linear"], "factor": 2})
+    longrope = {"rope_type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1],
+                "original_max_position_embeddings": 1}
+    with pytest.raises(ValueError, match="original_max_position_embeddings L0 = 1"):
+        rope.inv_freq(4, scaling=longrope, max_position_embeddings=8)
+    # with an explicit attention factor L0 = 1 is fine
+    inv, factor = rope.inv_freq(4, scaling={**longrope, "attention_factor": 1.5}, max_position_embeddings=8)
+    assert factor == 1.5
+    with pytest.raises(ValueError, match="seq_len must be an integer <= 9007199254740992"):
+        rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2}, seq_len=10**300, max_position_embeddings=10)
+    with pytest.raises(ValueError, match=r"rope_type 'dynamic': scaling\['factor'\] with seq_len makes .* overflow"):
+        rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 1e300}, seq_len=2**53, max_position_embeddings=1)
+    with pytest.raises(ValueError, match=r"rope_type 'ntk': scaling\['alpha'\] makes .* overflow"):
+        rope.inv_freq(8, scaling={"rope_type": "ntk", "alpha": 1e300})
+
+
+def test_yarn_correction_helpers_validate():
+    with pytest.raises(ValueError, match="base must differ from 1"):
+        rope.yarn_correction_dim(1, 64, 1, 4096)
+    with pytest.raises(ValueError, match="original_max_position_embeddings must be an integer >= 1, got 0"):
+        rope.yarn_correction_dim(1, 64, 1e4, 0)
+    with pytest.raises(ValueError, match="dim must be an integer >= 2, got 0"):
+        rope.yarn_correction_range(0, 1e4, 4096)  # returned (0, -1)
+    with pytest.raises(ValueError, match=r"beta_fast \(1.0\) must be >= beta_slow \(32.0\)"):
+        rope.yarn_correction_range(64, 1e4, 4096, beta_fast=1, beta_slow=32)
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 1,
+            "beta_slow": 32}
+    with pytest.raises(ValueError, match=r"scaling\['beta_fast'\] \(1.0\) must be >= scaling\['beta_slow'\]"):
+        rope.inv_freq(64, scaling=yarn)
+    # c(r) = d ln(L0 / (2 pi r)) / (2 ln base), floored / ceiled
+    low, high = rope.yarn_correction_range(64, 1.5e5, 4096)
+    assert (low, high) == (math.floor(64 * math.log(4096 / (2 * math.pi * 32)) / (2 * math.log(1.5e5))),
+                           math.ceil(64 * math.log(4096 / (2 * math.pi)) / (2 * math.log(1.5e5))))
+
+
+# ------------------------------------------------------------------ layers keep their own copies
+
+
+def test_learned_table_and_embedding_copy_their_positions():
+    """A caller reusing its positions array between forward and backward sent the gradient to the
+    wrong rows."""
+    table = absolute.LearnedPositionalEmbedding(6, 2, seed=0)
+    pos = np.array([0, 1])
+    table.forward(pos)
+    pos[:] = [4, 5]  # reused buffer
+    table.backward(np.ones((2, 2)))
+    np.testing.assert_array_equal(table.grads["weight"][:2], np.ones((2, 2)))
+    assert not table.grads["weight"][2:].any()
+    emb = layers.Embedding(6, 2, rng=0)
+    ids = np.array([[3, 3]])
+    emb.forward(ids)
+    ids[:] = 0
+    emb.backward(np.ones((1, 2, 2)))
+    np.testing.assert_array_equal(emb.grads["weight"][3], [2.0, 2.0])
