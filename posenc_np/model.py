@@ -675,14 +675,27 @@ class Transformer:
         return int(sum(v.size for v in self.params.values()))
 
     def load_params(self, values: dict) -> None:
-        """Copy ``values`` into the parameters in place (keys and shapes must match exactly)."""
+        """Copy ``values`` into the parameters in place.
+
+        Keys and shapes must match exactly, values must be finite floats; everything is checked
+        before the first parameter is written, so a bad dict leaves the model unchanged.
+        """
+        if not isinstance(values, dict):
+            raise TypeError(f"values must be a dict of named arrays, got {type(values).__name__}")
         if set(values) != set(self.params):
             missing, extra = sorted(set(self.params) - set(values)), sorted(set(values) - set(self.params))
             raise ValueError(f"parameter names differ: missing {missing}, unexpected {extra}")
+        arrays = {}
         for k, v in values.items():
             v = np.asarray(v)
+            if v.dtype.kind != "f":
+                raise TypeError(f"parameter {k!r} must be a float array, got dtype {v.dtype}")
             if v.shape != self.params[k].shape:
                 raise ValueError(f"parameter {k!r} has shape {self.params[k].shape}, got {v.shape}")
+            if not np.all(np.isfinite(v)):
+                raise ValueError(f"parameter {k!r} holds NaN or inf")
+            arrays[k] = v
+        for k, v in arrays.items():
             self.params[k][...] = v
 
     def _collect_grads(self, dhead_weight):

@@ -33,6 +33,37 @@ def _default_decay(name: str, value: np.ndarray) -> bool:
     return value.ndim >= 2
 
 
+def _check_betas(betas) -> tuple[float, float]:
+    if isinstance(betas, (str, bytes)) or not hasattr(betas, "__len__") or len(betas) != 2:
+        raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    out = tuple(check_real(b, f"betas[{i}]", nonnegative=True) for i, b in enumerate(betas))
+    if not all(b < 1 for b in out):
+        raise ValueError(f"betas must lie in [0, 1), got {out}")
+    return out
+
+
+def _check_grads(grads, params: dict, name: str = "grads") -> None:
+    """``grads`` must be a dict with the keys of ``params``, same shapes, finite values."""
+    if not isinstance(grads, dict):
+        raise TypeError(f"{name} must be a dict of named arrays (model.grads), got {type(grads).__name__}")
+    if set(grads) != set(params):
+        raise ValueError(f"{name} keys differ from params: missing {sorted(set(params) - set(grads))}, "
+                         f"unexpected {sorted(set(grads) - set(params))}")
+    for k, p in params.items():
+        g = grads[k]
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or g.shape != p.shape:
+            raise ValueError(f"{name}[{k!r}] must be a float array of shape {p.shape}, got "
+                             f"{type(g).__name__} {getattr(g, 'dtype', '')} {getattr(g, 'shape', '')}")
+    _check_finite(grads, name)
+
+
+def _check_finite(grads: dict, name: str) -> None:
+    for k, g in grads.items():
+        if not np.all(np.isfinite(g)):
+            raise ValueError(f"{name}[{k!r}] holds NaN or inf (a diverged step: lower the learning rate or clip); "
+                             "nothing was updated")
+
+
 class Adam:
     """Adam with decoupled weight decay (AdamW); see the module docstring.
 
@@ -61,15 +92,17 @@ class Adam:
                  weight_decay: float = 0.0, decay=None):
         if not isinstance(params, dict) or not params:
             raise TypeError("params must be a non-empty dict of named arrays (model.params)")
+        for k, v in params.items():
+            if not isinstance(v, np.ndarray) or v.dtype.kind != "f":
+                raise TypeError(f"params[{k!r}] must be a float ndarray (updated in place), got "
+                                f"{type(v).__name__} {getattr(v, 'dtype', '')}")
         self.params = params
         self.lr = check_real(lr, "lr", nonnegative=True)
-        if len(betas) != 2:
-            raise ValueError(f"betas must be a pair, got {betas!r}")
-        self.betas = tuple(check_real(b, f"betas[{i}]", nonnegative=True) for i, b in enumerate(betas))
-        if not all(b < 1 for b in self.betas):
-            raise ValueError(f"betas must lie in [0, 1), got {self.betas}")
+        self.betas = _check_betas(betas)
         self.eps = check_real(eps, "eps", positive=True)
         self.weight_decay = check_real(weight_decay, "weight_decay", nonnegative=True)
+        if decay is not None and not callable(decay):
+            raise TypeError(f"decay must be a callable (name, array) -> bool or None, got {type(decay).__name__}")
         rule = decay or _default_decay
         self.decay = {k: bool(rule(k, v)) for k, v in params.items()}
         self.m = {k: np.zeros_like(v) for k, v in params.items()}
@@ -77,10 +110,11 @@ class Adam:
         self.t = 0
 
     def step(self, grads: dict, lr: float | None = None) -> None:
-        """One update of every parameter from ``grads`` (same keys as ``params``)."""
-        if set(grads) != set(self.params):
-            raise ValueError(f"grads keys differ from params: missing {sorted(set(self.params) - set(grads))}, "
-                             f"unexpected {sorted(set(grads) - set(self.params))}")
+        """One update of every parameter from ``grads`` (same keys and shapes as ``params``).
+
+        Gradients holding NaN or inf raise ``ValueError`` before anything is updated.
+        """
+        _check_grads(grads, self.params)
         lr = self.lr if lr is None else check_real(lr, "lr", nonnegative=True)
         b1, b2 = self.betas
         self.t += 1
@@ -107,34 +141,85 @@ class Adam:
         return {"hyper": state, "arrays": arrays}
 
     def load_state_dict(self, state: dict) -> None:
-        hyper, arrays = state["hyper"], state["arrays"]
+        """Restore what :meth:`state_dict` returned. Everything is checked (keys, shapes and
+        dtypes of the moments, finite values, hyper-parameters) before anything is assigned."""
+        hyper, arrays = self.check_state(state)
         for k in self.params:
-            for name, store in (("m", self.m), ("v", self.v)):
-                a = np.asarray(arrays[f"{name}.{k}"])
-                if a.shape != store[k].shape:
-                    raise ValueError(f"optimizer state {name}.{k} has shape {a.shape}, expected {store[k].shape}")
-                store[k][...] = a
-        self.t = check_int(hyper["t"], "t", minimum=0)
-        self.lr = float(hyper["lr"])
-        self.betas = tuple(float(b) for b in hyper["betas"])
-        self.eps = float(hyper["eps"])
-        self.weight_decay = float(hyper["weight_decay"])
-        self.decay = {k: bool(hyper["decay"][k]) for k in self.params}
+            self.m[k][...] = arrays[f"m.{k}"]
+            self.v[k][...] = arrays[f"v.{k}"]
+        self.t = hyper["t"]
+        self.lr, self.betas, self.eps = hyper["lr"], hyper["betas"], hyper["eps"]
+        self.weight_decay, self.decay = hyper["weight_decay"], hyper["decay"]
+
+    def check_state(self, state) -> tuple[dict, dict]:
+        """Validate a :meth:`state_dict` for these parameters without changing anything.
+
+        Returns ``(hyper, arrays)`` normalised; raises ``ValueError``/``TypeError`` naming the
+        first problem (a missing, unexpected, misshapen, mistyped or non-finite moment; a
+        hyper-parameter out of range).
+        """
+        if not isinstance(state, dict) or set(state) != {"hyper", "arrays"}:
+            raise TypeError("state must be a dict with keys 'hyper' and 'arrays' (from Adam.state_dict)")
+        hyper, arrays = state["hyper"], state["arrays"]
+        if not isinstance(hyper, dict) or not isinstance(arrays, dict):
+            raise TypeError("state['hyper'] and state['arrays'] must be dicts")
+        expected = {f"{name}.{k}" for k in self.params for name in ("m", "v")}
+        if set(arrays) != expected:
+            raise ValueError(f"optimizer state arrays differ from the parameters: missing "
+                             f"{sorted(expected - set(arrays))}, unexpected {sorted(set(arrays) - expected)}")
+        for key, a in arrays.items():
+            p = self.params[key[2:]]
+            if not isinstance(a, np.ndarray) or a.dtype != p.dtype or a.shape != p.shape:
+                raise ValueError(f"optimizer state {key} must be a {p.dtype} array of shape {p.shape}, got "
+                                 f"{getattr(a, 'dtype', type(a).__name__)} {getattr(a, 'shape', '')}")
+        _check_finite(arrays, "optimizer state")
+        if any(np.any(arrays[f"v.{k}"] < 0) for k in self.params):
+            raise ValueError("optimizer state v (second moments) must be >= 0")
+        missing = {"t", "lr", "betas", "eps", "weight_decay", "decay"} - set(hyper)
+        if missing:
+            raise ValueError(f"optimizer hyper-parameters lack {sorted(missing)}")
+        decay = hyper["decay"]
+        if not isinstance(decay, dict) or set(decay) != set(self.params) or not all(
+                isinstance(d, bool) for d in decay.values()):
+            raise ValueError("optimizer hyper-parameter 'decay' must map every parameter name to a bool")
+        out = {"t": check_int(hyper["t"], "optimizer t", minimum=0),
+               "lr": check_real(hyper["lr"], "optimizer lr", nonnegative=True),
+               "betas": _check_betas(hyper["betas"]),
+               "eps": check_real(hyper["eps"], "optimizer eps", positive=True),
+               "weight_decay": check_real(hyper["weight_decay"], "optimizer weight_decay", nonnegative=True),
+               "decay": dict(decay)}
+        return out, arrays
 
 
 AdamW = Adam
 
 
 def global_norm(grads: dict) -> float:
-    r""":math:`\sqrt{\sum_k \lVert g_k \rVert^2}` over every array, accumulated in float64."""
-    return math.sqrt(sum(float(np.dot(g.ravel().astype(np.float64), g.ravel().astype(np.float64)))
-                         for g in grads.values()))
+    r""":math:`\sqrt{\sum_k \lVert g_k \rVert^2}` over every array, accumulated in float64.
+
+    Finite gradients whose squares would overflow float64 are rescaled by their largest
+    magnitude first, so the norm is finite whenever it is representable.
+    """
+    flats = [g.ravel().astype(np.float64) for g in grads.values()]
+    with np.errstate(over="ignore"):
+        total = sum(float(np.dot(x, x)) for x in flats)
+    if math.isinf(total) and all(np.all(np.isfinite(x)) for x in flats):
+        big = max(float(np.max(np.abs(x))) for x in flats if x.size)
+        return big * math.sqrt(sum(float(np.dot(x / big, x / big)) for x in flats))
+    return math.sqrt(total)
 
 
 def clip_grad_norm(grads: dict, max_norm: float) -> float:
     r"""Scale every gradient in place by :math:`\min(1, c / (\lVert g \rVert + 10^{-6}))` (as
-    ``torch.nn.utils.clip_grad_norm_``) and return the norm *before* clipping."""
+    ``torch.nn.utils.clip_grad_norm_``) and return the norm *before* clipping.
+
+    A gradient holding NaN or inf raises ``ValueError`` naming it, before anything is scaled
+    (a non-finite norm cannot be clipped; torch's ``error_if_nonfinite=True``).
+    """
     max_norm = check_real(max_norm, "max_norm", positive=True)
+    if not isinstance(grads, dict):
+        raise TypeError(f"grads must be a dict of named arrays, got {type(grads).__name__}")
+    _check_finite(grads, "grads")
     total = global_norm(grads)
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
@@ -148,11 +233,21 @@ def cosine_schedule(step: int, *, total: int, lr: float, warmup: int = 0, min_lr
 
     For 0-based ``step``: :math:`\eta = \eta_0 (s+1)/w` while :math:`s < w`, else
     :math:`\eta_{min} + \tfrac12(\eta_0 - \eta_{min})(1 + \cos(\pi\,\min(1, (s-w)/(T-w))))`.
+    ``lr`` and ``min_lr`` are finite with ``0 <= min_lr <= lr``.
     """
     step = check_int(step, "step", minimum=0)
     total = check_int(total, "total", minimum=1)
     warmup = check_int(warmup, "warmup", minimum=0)
+    lr, min_lr = _check_lrs(lr, min_lr)
     if step < warmup:
         return lr * (step + 1) / warmup
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * frac))
+
+
+def _check_lrs(lr, min_lr) -> tuple[float, float]:
+    lr = check_real(lr, "lr", nonnegative=True)
+    min_lr = check_real(min_lr, "min_lr", nonnegative=True)
+    if min_lr > lr:
+        raise ValueError(f"min_lr ({min_lr}) must be <= lr ({lr})")
+    return lr, min_lr

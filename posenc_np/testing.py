@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from ._checks import check_bool, check_int, check_real
+
 __all__ = ["GoldenCase", "GradcheckResult", "assert_golden", "gradcheck", "gradcheck_hook", "load_case"]
 
 
@@ -82,9 +84,9 @@ def gradcheck(
     inputs : dict of str to ndarray
         Float inputs are converted to float64 copies; non-float inputs are passed as is.
     eps : float
-        Central-difference step.
+        Central-difference step, finite and > 0.
     tol : float
-        Largest accepted relative error.
+        Largest accepted relative error, finite and >= 0.
     max_entries : int or None
         Check at most this many entries per input (a seeded random subset); None = all.
     seed : int
@@ -99,7 +101,16 @@ def gradcheck(
         when every gradient is zero), so entries whose true gradient is zero are judged on an
         absolute scale.
     """
-    rng = np.random.default_rng(seed)
+    if not callable(fun) or not callable(backward):
+        raise TypeError("fun and backward must be callables")
+    if not isinstance(inputs, dict) or not inputs:
+        raise TypeError("inputs must be a non-empty dict of named arrays")
+    eps = check_real(eps, "eps", positive=True)
+    tol = check_real(tol, "tol", nonnegative=True)
+    if max_entries is not None:
+        max_entries = check_int(max_entries, "max_entries", minimum=1)
+    rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    raise_on_failure = check_bool(raise_on_failure, "raise_on_failure")
     x = {k: (np.array(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v) for k, v in inputs.items()}
 
     def as_tuple(out):
@@ -120,7 +131,7 @@ def gradcheck(
         if analytic is None:
             continue
         if name not in x:
-            raise KeyError(f"backward returned a gradient for {name!r}, which is not an input")
+            raise ValueError(f"backward returned a gradient for {name!r}, which is not an input")
         arr = x[name]
         analytic = np.asarray(analytic, dtype=np.float64)
         if analytic.shape != arr.shape:
@@ -224,11 +235,16 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
     case : GoldenCase
         From :func:`load_case`.
     tolerance : dict, optional
-        ``{"abs": a, "rel": r}`` overriding the case's float64 tolerance (for example to test
-        a float32 implementation with a wider bound).
+        ``{"abs": a, "rel": r}`` (finite, >= 0; anything else raises ``ValueError`` or
+        ``TypeError``) overriding the case's float64 tolerance (for example to test a float32
+        implementation with a wider bound).
     """
     from .golden.runner import compare
 
+    if not isinstance(case, GoldenCase):
+        raise TypeError(f"case must be a GoldenCase from load_case, got {type(case).__name__}")
+    if tolerance is not None:
+        tolerance = _check_tolerance(tolerance)
     if not isinstance(actual, dict):
         if len(case.outputs) != 1:
             raise TypeError(f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict")
@@ -236,3 +252,10 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
     _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance or case.tolerance)
     if problems:
         raise AssertionError(f"golden case {case.name} (conventions {case.conventions}): " + "; ".join(problems))
+
+
+def _check_tolerance(tolerance) -> dict:
+    """``{"abs": a, "rel": r}`` with finite ``a, r >= 0`` (a NaN bound would pass everything)."""
+    if not isinstance(tolerance, dict) or set(tolerance) != {"abs", "rel"}:
+        raise TypeError(f"tolerance must be a dict {{'abs': a, 'rel': r}}, got {tolerance!r}")
+    return {key: check_real(tolerance[key], f"tolerance[{key!r}]", nonnegative=True) for key in ("abs", "rel")}

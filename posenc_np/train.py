@@ -2,10 +2,13 @@
 
 Determinism: all randomness comes from ``numpy.random.Generator`` objects passed in or
 created from a seed (never NumPy's global state). Model initialisation uses
-``ModelConfig.seed``; batches use the ``rng`` of :func:`train`. The same seeds give the same
-loss curve bit for bit, and resuming from a checkpoint reproduces the uninterrupted run
-bit for bit (the checkpoint holds the parameters, Adam's moments and step count, and the
-data generator's exact state).
+``ModelConfig.seed``; batches use the ``rng`` of :func:`train`. With the same seeds, on the
+same machine and NumPy/BLAS build *and the same number of BLAS threads*, the loss curve is
+identical bit for bit, and resuming from a checkpoint reproduces the uninterrupted run bit
+for bit (the checkpoint holds the parameters, Adam's moments and step count, and the data
+generator's exact state). A different BLAS thread count changes how OpenBLAS splits some
+matrix products (the weight gradients), so curves then agree only to rounding;
+``train(blas_threads=1)`` fixes the count. See ``docs/model.md``.
 
 A *task* is any object with ``sample(rng, batch_size) -> (tokens, targets)`` (integer arrays
 ``(B, T)``; targets use ``ignore_index=-100`` for unscored positions); see
@@ -23,18 +26,23 @@ Checkpoint format (NPZ written with ``allow_pickle=False``, read with ``allow_pi
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import sys
 import time
+import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._checks import check_int, check_real
+from ._checks import as_int_array, check_bool, check_int, check_real
+from ._files import atomic_write, check_target
 from .layers import softmax_cross_entropy, softmax_cross_entropy_backward
 from .model import ModelConfig, Transformer
-from .optim import Adam, clip_grad_norm, cosine_schedule
+from .optim import Adam, _check_betas, _check_lrs, clip_grad_norm, cosine_schedule, global_norm
 
 __all__ = ["Checkpoint", "Progress", "evaluate", "load_checkpoint", "save_checkpoint", "train"]
 
@@ -103,63 +111,201 @@ class Checkpoint:
     extra: dict
 
 
+_MAX_META_BYTES = 16 << 20  # the JSON header of a checkpoint; larger means a hostile or foreign file
+_META_KEYS = {"format", "version", "model_config", "step", "rng_state", "optimizer", "extra"}
+#: Bit generators whose state a checkpoint may carry (``Generator(<name>())``).
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937")
+
+
 def _json_array(obj) -> np.ndarray:
     return np.frombuffer(json.dumps(obj, sort_keys=True).encode("utf-8"), dtype=np.uint8).copy()
+
+
+def _generator_from_state(state) -> np.random.Generator:
+    """A new Generator in ``state`` (``bit_generator.state``); ``ValueError`` if it is not well-formed."""
+    if not isinstance(state, dict) or state.get("bit_generator") not in _BIT_GENERATORS:
+        name = state.get("bit_generator") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"rng_state must be the state dict of one of {list(_BIT_GENERATORS)}, got {name!r}")
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    try:
+        bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise ValueError(f"rng_state is not a valid {state['bit_generator']} state: {exc}") from exc
+    return np.random.Generator(bit_generator)
+
+
+def _is_checkpoint(path: str) -> bool:
+    """True when ``path`` is a readable posenc_np checkpoint (only its ``meta`` entry is read)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = _read_member(zf, "meta", path, (None,), np.dtype(np.uint8), _MAX_META_BYTES)
+        return json.loads(meta.tobytes().decode("utf-8")).get("format") == CHECKPOINT_FORMAT
+    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
+        return False
+
+
+def _check_checkpoint_target(path) -> str:
+    """``path`` may receive a checkpoint: writable directory, and nothing there but a checkpoint."""
+    path = check_target(path, "checkpoint_path")
+    if os.path.exists(path) and not _is_checkpoint(path):
+        raise ValueError(f"checkpoint_path {path!r} exists and is not a posenc_np checkpoint; refusing to overwrite "
+                         "it (remove it or choose another path)")
+    return path
 
 
 def save_checkpoint(path, model: Transformer, optimizer: Adam, step: int, rng_state: dict, *,
                     extra: dict | None = None) -> None:
     """Write model, optimizer, step and RNG state to ``path`` (NPZ, no pickle; atomic replace).
 
-    ``rng_state`` is ``generator.bit_generator.state`` (a JSON-able dict).
+    ``rng_state`` is ``generator.bit_generator.state`` (a JSON-able dict). The file is written
+    to ``<path>.tmp<pid>`` in the same directory, fsynced and renamed into place; on failure
+    the temporary file is removed, and temporary files of earlier writers that were killed are
+    swept first (see :mod:`posenc_np._files`). ``path`` must not hold anything but a checkpoint
+    (it is never clobbered), and every parameter must be finite (a checkpoint
+    :func:`load_checkpoint` would refuse is not written).
     """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a posenc_np.model.Transformer, got {type(model).__name__}")
+    if not isinstance(optimizer, Adam) or optimizer.params is not model.params:
+        raise TypeError("optimizer must be the posenc_np.optim.Adam created over model.params")
     step = check_int(step, "step", minimum=0)
+    _generator_from_state(rng_state)
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError(f"extra must be a dict or None, got {type(extra).__name__}")
+    for k, v in model.params.items():
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"parameter {k!r} holds NaN or inf; not writing a checkpoint that cannot be loaded")
+    path = _check_checkpoint_target(path)
     opt = optimizer.state_dict()
     meta = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "model_config": json.loads(model.cfg.to_json()),
             "step": step, "rng_state": rng_state, "optimizer": opt["hyper"], "extra": extra or {}}
-    arrays = {"meta": _json_array(meta)}
+    try:
+        meta_array = _json_array(meta)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"rng_state and extra must be JSON-serialisable: {exc}") from exc
+    arrays = {"meta": meta_array}
     arrays.update({f"param.{k}": v for k, v in model.params.items()})
     arrays.update({f"adam.{k}": v for k, v in opt["arrays"].items()})
-    path = os.fspath(path)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        np.savez(fh, allow_pickle=False, **arrays)
-    os.replace(tmp, path)
+    atomic_write(path, lambda fh: np.savez(fh, allow_pickle=False, **arrays))
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, path, shape, dtype: np.dtype, max_bytes: int | None = None):
+    """Read NPY member ``name`` after checking its header against ``shape`` and ``dtype``.
+
+    ``shape`` may hold ``None`` for a free axis (then ``max_bytes`` bounds the size). Only the
+    expected number of bytes is ever read, so a hostile header cannot cause a large allocation.
+    """
+    with zf.open(f"{name}.npy") as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            got_shape, fortran, got_dtype = read_header(fh)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"{path}: entry {name!r} is not a valid NPY array ({exc})") from exc
+        ok = (got_dtype == dtype and len(got_shape) == len(shape)
+              and all(e is None or e == g for e, g in zip(shape, got_shape)))
+        if not ok:
+            want = tuple("*" if e is None else e for e in shape)
+            raise ValueError(f"{path}: entry {name!r} is {got_dtype} {got_shape}, expected {dtype} {want}")
+        nbytes = dtype.itemsize * math.prod(got_shape)
+        if max_bytes is not None and nbytes > max_bytes:
+            raise ValueError(f"{path}: entry {name!r} holds {nbytes} bytes, more than the limit {max_bytes}")
+        data = fh.read(nbytes)
+        if len(data) != nbytes:
+            raise ValueError(f"{path}: entry {name!r} is truncated ({len(data)} of {nbytes} bytes)")
+    return np.frombuffer(data, dtype=dtype).reshape(got_shape, order="F" if fortran else "C").copy()
+
+
+def _read_meta(zf: zipfile.ZipFile, path) -> dict:
+    raw = _read_member(zf, "meta", path, (None,), np.dtype(np.uint8), _MAX_META_BYTES)
+    try:
+        meta = json.loads(raw.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: the 'meta' entry is not UTF-8 JSON ({exc})") from exc
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+        got = meta if not isinstance(meta, dict) else (meta.get("format"), meta.get("version"))
+        raise ValueError(f"{path}: unsupported checkpoint format {got!r} (expected {CHECKPOINT_FORMAT!r} "
+                         f"version {CHECKPOINT_VERSION})")
+    if set(meta) != _META_KEYS:
+        raise ValueError(f"{path}: 'meta' has keys {sorted(meta)}, expected {sorted(_META_KEYS)}")
+    step = meta["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{path}: step must be a non-negative integer, got {step!r}")
+    if not isinstance(meta["model_config"], dict) or not isinstance(meta["extra"], dict):
+        raise ValueError(f"{path}: 'model_config' and 'extra' must be JSON objects")
+    return meta
+
+
+def _model_for(meta: dict, model, path) -> Transformer:
+    """The model to load into: ``model`` if its config matches the stored one, else a new one."""
+    try:
+        cfg = ModelConfig(**meta["model_config"])
+        cfg.validate()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: invalid model config: {exc}") from exc
+    if model is None:
+        return Transformer(cfg)
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a posenc_np.model.Transformer or None, got {type(model).__name__}")
+    mine = {k: v for k, v in json.loads(model.cfg.to_json()).items() if k != "seed"}
+    theirs = {k: v for k, v in json.loads(cfg.to_json()).items() if k != "seed"}  # seed only affects init
+    if mine != theirs:
+        raise ValueError(f"{path}: the checkpoint's model config {theirs} differs from the model's {mine}")
+    return model
 
 
 def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint` (``allow_pickle=False``).
+    """Read a checkpoint written by :func:`save_checkpoint` (no pickle, bounded reads).
 
     With ``model=None`` a model is built from the stored config; otherwise the stored
-    parameters are copied into ``model`` (names and shapes must match). Returns the model, a
-    restored :class:`~posenc_np.optim.Adam`, the step, a Generator in the saved state, and
-    the ``extra`` dict.
+    parameters are copied into ``model`` (configs must agree up to the seed). Returns the
+    model, a restored :class:`~posenc_np.optim.Adam`, the step, a Generator in the saved state,
+    and the ``extra`` dict.
+
+    The whole file is checked before anything is assigned: every entry present and no other
+    (``meta``, ``param.<name>``, ``adam.m.<name>``, ``adam.v.<name>``), dtypes and shapes equal
+    to the model's, finite values, ``step`` a non-negative integer, a well-formed bit-generator
+    state and optimizer hyper-parameters. Any problem, including a zero-byte, truncated or
+    corrupt file, raises ``ValueError`` naming the path and the problem, and ``model`` is left
+    untouched. A missing file raises ``FileNotFoundError``.
     """
-    with np.load(os.fspath(path), allow_pickle=False) as z:
-        if "meta" not in z.files:
-            raise ValueError(f"{path} is not a posenc_np checkpoint (no 'meta' entry)")
-        meta = json.loads(bytes(z["meta"]).decode("utf-8"))
-        if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(f"{path}: unsupported checkpoint format {meta.get('format')!r} "
-                             f"version {meta.get('version')!r}")
-        arrays = {k: z[k] for k in z.files if k != "meta"}
-    cfg = ModelConfig(**meta["model_config"])
-    if model is None:
-        model = Transformer(cfg)
-    else:
-        mine = {k: v for k, v in json.loads(model.cfg.to_json()).items() if k != "seed"}
-        theirs = {k: v for k, v in meta["model_config"].items() if k != "seed"}  # seed only affects init
-        if mine != theirs:
-            raise ValueError(f"{path}: the checkpoint's model config {theirs} differs from the model's {mine}")
-    model.load_params({k[len("param."):]: v for k, v in arrays.items() if k.startswith("param.")})
-    hyper = meta["optimizer"]
-    opt = Adam(model.params, lr=hyper["lr"], betas=hyper["betas"], eps=hyper["eps"],
-               weight_decay=hyper["weight_decay"])
-    opt.load_state_dict({"hyper": hyper, "arrays": {k[len("adam."):]: v for k, v in arrays.items()
-                                                    if k.startswith("adam.")}})
-    rng = np.random.default_rng()
-    rng.bit_generator.state = meta["rng_state"]
-    return Checkpoint(model=model, optimizer=opt, step=int(meta["step"]), rng=rng, extra=meta["extra"])
+    path = os.fspath(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            if "meta.npy" not in names:
+                raise ValueError(f"{path} is not a posenc_np checkpoint (no 'meta' entry)")
+            meta = _read_meta(zf, path)
+            target = _model_for(meta, model, path)
+            expected = {"meta"} | {f"{prefix}{k}" for k in target.params for prefix in ("param.", "adam.m.", "adam.v.")}
+            found = {n[:-4] for n in names if n.endswith(".npy")}
+            if found != expected or len(found) != len(names):
+                raise ValueError(f"{path}: entries differ from the model's: missing {sorted(expected - found)}, "
+                                 f"unexpected {sorted(names - {n + '.npy' for n in expected})}")
+            arrays = {}
+            for key in sorted(expected - {"meta"}):
+                ref = target.params[key.split(".", 1)[1] if key.startswith("param.") else key.split(".", 2)[2]]
+                arrays[key] = _read_member(zf, key, path, ref.shape, ref.dtype)
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"{path}: not a readable checkpoint (corrupt or truncated NPZ: {exc})") from exc
+    except (EOFError, zlib.error) as exc:
+        raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
+    params = {k[len("param."):]: v for k, v in arrays.items() if k.startswith("param.")}
+    for k, v in params.items():
+        if not np.all(np.isfinite(v)):
+            raise ValueError(f"{path}: parameter {k!r} holds NaN or inf")
+    try:
+        rng = _generator_from_state(meta["rng_state"])
+        opt = Adam(target.params)  # only to validate the state against these parameters; nothing assigned yet
+        opt_state = {"hyper": meta["optimizer"],
+                     "arrays": {k[len("adam."):]: v for k, v in arrays.items() if k.startswith("adam.")}}
+        opt.check_state(opt_state)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    target.load_params(params)  # everything is valid: from here on nothing can fail half-way
+    opt.load_state_dict(opt_state)
+    return Checkpoint(model=target, optimizer=opt, step=meta["step"], rng=rng, extra=meta["extra"])
 
 
 # --------------------------------------------------------------------------- training
@@ -168,13 +314,19 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
           min_lr: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
           clip: float | None = 1.0, seed: int = 0, rng: np.random.Generator | None = None,
           optimizer: Adam | None = None, start_step: int = 0, progress: bool = True, desc: str = "train",
-          checkpoint_path=None, checkpoint_every: int | None = None, callback=None) -> list[dict]:
+          checkpoint_path=None, checkpoint_every: int | None = None, callback=None,
+          blas_threads: int | None = None) -> list[dict]:
     """Train ``model`` on batches from ``task`` with AdamW, clipping and a cosine schedule.
 
     Runs steps ``start_step .. steps - 1`` (``steps`` is the *total*, so the schedule is
     the same for a resumed run). Each step: sample a batch with ``rng``, forward,
     cross-entropy, backward, clip the global gradient norm to ``clip`` (None = no clipping),
     ``lr = cosine_schedule(step, total=steps, lr=lr, warmup=warmup, min_lr=min_lr)``, Adam step.
+
+    Every argument is checked before the first step (a checkpoint path in a missing or
+    unwritable directory, or holding something that is not a checkpoint, fails here). A step
+    whose loss or gradient is not finite raises ``ValueError`` naming the step before the
+    parameters are updated; the last checkpoint written stays valid.
 
     Parameters
     ----------
@@ -189,6 +341,10 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
         Called after each step.
     progress : bool
         Show a progress bar (tqdm if installed, else printed lines on stderr).
+    blas_threads : int, optional
+        Run the loop with BLAS limited to this many threads (threadpoolctl); default: as
+        configured. The loss curve is bit-reproducible for a fixed BLAS thread count (see
+        ``docs/model.md``); ``blas_threads=1`` fixes it whatever the environment says.
 
     Returns
     -------
@@ -196,50 +352,89 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
         Per step: ``step``, ``loss``, ``grad_norm`` (before clipping), ``lr``, ``tokens``,
         ``tokens_per_s`` (wall clock, not deterministic).
     """
+    if not (callable(getattr(model, "forward", None)) and callable(getattr(model, "backward", None))
+            and isinstance(getattr(model, "params", None), dict)):
+        raise TypeError(f"model must be a Transformer (forward, backward, params), got {type(model).__name__}")
+    if not callable(getattr(task, "sample", None)):
+        raise TypeError(f"task must have a sample(rng, batch_size) method, got {type(task).__name__}")
     steps = check_int(steps, "steps", minimum=0)
-    start_step = check_int(start_step, "start_step", minimum=0)
+    start_step = check_int(start_step, "start_step", minimum=0, maximum=steps)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    lr = check_real(lr, "lr", nonnegative=True)
+    lr, min_lr = _check_lrs(lr, min_lr)
+    warmup = check_int(warmup, "warmup", minimum=0)
     if clip is not None:
         clip = check_real(clip, "clip", positive=True)
+    progress = check_bool(progress, "progress")
     if checkpoint_every is not None:
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every", minimum=1)
         if checkpoint_path is None:
             raise ValueError("checkpoint_every needs checkpoint_path")
-    rng = np.random.default_rng(seed) if rng is None else rng
-    opt = optimizer or Adam(model.params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        if not isinstance(model, Transformer):
+            raise TypeError("checkpoints need a posenc_np.model.Transformer model")
+        checkpoint_path = _check_checkpoint_target(checkpoint_path)
+    elif checkpoint_path is not None:
+        raise ValueError("checkpoint_path needs checkpoint_every (save after every N steps)")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be callable or None, got {type(callback).__name__}")
+    if blas_threads is not None:
+        blas_threads = check_int(blas_threads, "blas_threads", minimum=1)
+    if rng is None:
+        rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
+    elif not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+    if optimizer is None:
+        opt = Adam(model.params, lr=lr, betas=_check_betas(betas), eps=eps, weight_decay=weight_decay)
+    elif not isinstance(optimizer, Adam) or optimizer.params is not model.params:
+        raise TypeError("optimizer must be a posenc_np.optim.Adam created over model.params")
+    else:
+        opt = optimizer
     schedule = {"total": steps, "lr": lr, "warmup": warmup, "min_lr": min_lr, "batch_size": batch_size, "clip": clip}
+    limits = contextlib.nullcontext()
+    if blas_threads is not None:
+        from threadpoolctl import threadpool_limits
+
+        limits = threadpool_limits(blas_threads, user_api="blas")
     bar = Progress(steps, initial=start_step, desc=desc, enabled=progress)
     history = []
     try:
-        for step in range(start_step, steps):
-            t0 = time.perf_counter()
-            tokens, targets = task.sample(rng, batch_size)
-            logits = model.forward(tokens)
-            loss, ce = softmax_cross_entropy(logits, targets)
-            model.backward(softmax_cross_entropy_backward(ce))
-            gnorm = clip_grad_norm(model.grads, clip) if clip is not None else _norm(model.grads)
-            step_lr = cosine_schedule(step, total=steps, lr=lr, warmup=warmup, min_lr=min_lr)
-            opt.step(model.grads, lr=step_lr)
-            dt = time.perf_counter() - t0
-            metrics = {"step": step, "loss": loss, "grad_norm": gnorm, "lr": step_lr, "tokens": int(tokens.size),
-                       "tokens_per_s": tokens.size / dt if dt > 0 else float("inf")}
-            history.append(metrics)
-            if callback is not None:
-                callback(metrics)
-            if checkpoint_every is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
-                save_checkpoint(checkpoint_path, model, opt, step + 1, rng.bit_generator.state,
-                                extra={"schedule": schedule})
-            bar.update(1, loss=loss, gnorm=gnorm)
+        with limits:
+            for step in range(start_step, steps):
+                t0 = time.perf_counter()
+                tokens, targets = task.sample(rng, batch_size)
+                logits = model.forward(tokens)
+                loss, ce = softmax_cross_entropy(logits, targets)
+                if not math.isfinite(loss):
+                    raise ValueError(f"step {step}: the loss is {loss} (diverged); parameters were not updated")
+                model.backward(softmax_cross_entropy_backward(ce))
+                try:
+                    gnorm = clip_grad_norm(model.grads, clip) if clip is not None else _finite_norm(model.grads)
+                except ValueError as exc:
+                    raise ValueError(f"step {step}: {exc}") from exc
+                step_lr = cosine_schedule(step, total=steps, lr=lr, warmup=warmup, min_lr=min_lr)
+                opt.step(model.grads, lr=step_lr)
+                dt = time.perf_counter() - t0
+                metrics = {"step": step, "loss": loss, "grad_norm": gnorm, "lr": step_lr, "tokens": int(tokens.size),
+                           "tokens_per_s": tokens.size / dt if dt > 0 else float("inf")}
+                history.append(metrics)
+                if callback is not None:
+                    callback(metrics)
+                if checkpoint_every is not None and ((step + 1) % checkpoint_every == 0 or step + 1 == steps):
+                    save_checkpoint(checkpoint_path, model, opt, step + 1, rng.bit_generator.state,
+                                    extra={"schedule": schedule})
+                bar.update(1, loss=loss, gnorm=gnorm)
     finally:
         bar.close()
     return history
 
 
-def _norm(grads):
-    from .optim import global_norm
-
-    return global_norm(grads)
+def _finite_norm(grads) -> float:
+    """:func:`~posenc_np.optim.global_norm`, refusing NaN/inf gradients like ``clip_grad_norm``."""
+    total = global_norm(grads)
+    if not math.isfinite(total):
+        bad = next(k for k, g in grads.items() if not np.all(np.isfinite(g)))
+        raise ValueError(f"grads[{bad!r}] holds NaN or inf (a diverged step: lower the learning rate or clip); "
+                         "nothing was updated")
+    return total
 
 
 def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyond: int | None = None) -> dict:
@@ -250,8 +445,19 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyon
     forcing this equals greedy decoding reproducing the whole answer); ``loss``: mean
     cross-entropy. With ``beyond=P`` also ``token_accuracy_beyond``: the token accuracy over
     scored positions with index ``>= P`` (e.g. past the training length; None if there are none).
+
+    ``tokens`` and ``targets`` are integer ``(N, T)`` arrays of the same shape; ``batch_size``
+    >= 1. Metrics over no scored position (``n_scored == 0``) are None, not 0.
     """
-    tokens, targets = np.asarray(tokens), np.asarray(targets)
+    if not callable(getattr(model, "forward", None)):
+        raise TypeError(f"model must have a forward(tokens) method (a Transformer), got {type(model).__name__}")
+    tokens, targets = as_int_array(tokens, "tokens"), as_int_array(targets, "targets")
+    if tokens.ndim != 2 or targets.shape != tokens.shape:
+        raise ValueError(f"tokens and targets must be (sequences, length) arrays of one shape, got {tokens.shape} "
+                         f"and {targets.shape}")
+    batch_size = check_int(batch_size, "batch_size", minimum=1)
+    if beyond is not None:
+        beyond = check_int(beyond, "beyond", minimum=0)
     correct = scored = seq_ok = correct_beyond = scored_beyond = 0
     loss_sum = 0.0
     for i in range(0, len(tokens), batch_size):
@@ -267,8 +473,9 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyon
         if beyond is not None:
             correct_beyond += int(hit[:, beyond:].sum())
             scored_beyond += int(keep[:, beyond:].sum())
-    out = {"token_accuracy": correct / max(scored, 1), "exact_match": seq_ok / max(len(tokens), 1),
-           "loss": loss_sum / max(scored, 1), "n_sequences": int(len(tokens)), "n_scored": scored}
+    out = {"token_accuracy": correct / scored if scored else None,
+           "exact_match": seq_ok / len(tokens) if len(tokens) else None,
+           "loss": loss_sum / scored if scored else None, "n_sequences": int(len(tokens)), "n_scored": scored}
     if beyond is not None:
         out["token_accuracy_beyond"] = correct_beyond / scored_beyond if scored_beyond else None
     return out

@@ -6,6 +6,7 @@ backends that disagree on an empty shape. Expected values come from the formulas
 """
 
 import math
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -294,3 +295,31 @@ def test_learned_table_and_embedding_copy_their_positions():
     ids[:] = 0
     emb.backward(np.ones((1, 2, 2)))
     np.testing.assert_array_equal(emb.grads["weight"][3], [2.0, 2.0])
+
+
+# ------------------------------------------------------------------ testing helpers, optimizer
+
+
+def test_gradcheck_and_assert_golden_validate_their_arguments():
+    from posenc_np.optim import Adam
+    from posenc_np.testing import assert_golden, gradcheck, load_case
+
+    x = {"x": np.ones(3)}
+    with pytest.raises(ValueError, match="eps must be > 0"):  # was ZeroDivisionError
+        gradcheck(lambda x: 2 * x, lambda g, x: {"x": 2 * g}, x, eps=0)
+    with pytest.raises(ValueError, match="tol must be finite"):
+        gradcheck(lambda x: 2 * x, lambda g, x: {"x": 2 * g}, x, tol=float("nan"))
+    case = load_case(Path(__file__).parent.parent / "vectors" / "v1" / "alibi.slopes.n8.json")
+    exact = case.outputs[next(iter(case.outputs))]
+    wrong = exact + 1.0
+    with pytest.raises(ValueError, match=r"tolerance\['abs'\] must be finite"):  # a NaN bound passed anything
+        assert_golden(wrong, case, tolerance={"abs": float("nan"), "rel": 0})
+    with pytest.raises(ValueError, match=r"tolerance\['rel'\] must be >= 0"):  # was an AssertionError
+        assert_golden(exact, case, tolerance={"abs": 0, "rel": -1})
+    with pytest.raises(TypeError, match="tolerance must be a dict"):
+        assert_golden(exact, case, tolerance={"abs": 0})
+    with pytest.raises(AssertionError):
+        assert_golden(wrong, case, tolerance={"abs": 0.5, "rel": 0})
+    assert_golden(exact, case)
+    with pytest.raises(TypeError, match=r"betas must be a pair \(beta1, beta2\), got 0.9"):  # was 'has no len()'
+        Adam({"w": np.zeros(2)}, betas=0.9)
