@@ -24,9 +24,13 @@ answer). ``learned`` has a table of exactly the training sequence length: past i
 library raises (a learned table cannot extrapolate) and the record says ``"status": "n/a"``
 with the reason instead of inventing positions (no clamping).
 
-Outputs in ``DIR``: ``results.json`` (metadata and one record per encoding, fusion, task,
-train length and eval length, with metrics and seed), ``results.md`` (Markdown tables) and
-``results.png`` (a heat map, when matplotlib is installed).
+Outputs in ``DIR``: ``results.json`` (metadata, one record per encoding, fusion, task,
+train length and eval length, with metrics and seed, and the list of ``failed`` cells with
+their errors), ``results.md`` (Markdown tables) and ``results.png`` (a heat map, when
+matplotlib is installed), all written atomically at the end; ``cells/<cell>.json``, one per
+finished (encoding, fusion, task) cell, written atomically as each finishes; ``study.json``,
+the configuration. Rerunning with the same ``--out`` resumes: finished cells are read back,
+failed ones run again (see :class:`ResultStore`). The CLI exits with status 1 when a cell failed.
 
 Models: pre-LN decoder (:class:`posenc_np.model.Transformer`), tied output, GPT-2
 initialisation (``N(0, 0.02^2)``); ``sinusoidal`` uses Vaswani et al.'s embedding recipe
@@ -48,18 +52,21 @@ import os
 import platform
 import sys
 import time
+import traceback
 import zlib
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._checks import check_int
+from ._checks import check_int, check_real
+from ._files import atomic_write, check_target, sweep_stale_temps
+from .absolute import FUSIONS
 from ._version import __version__
 from .model import REGISTRY, ModelConfig, Transformer
 from .train import Progress, evaluate, train
 
-__all__ = ["CopyTask", "LagTask", "ReverseTask", "StudyConfig", "TASKS", "grid", "run_extrapolation",
-           "run_extrapolation_cli", "write_markdown", "write_plot"]
+__all__ = ["CopyTask", "LagTask", "ResultStore", "ReverseTask", "StudyConfig", "TASKS", "cell_id", "grid",
+           "run_cell", "run_extrapolation", "run_extrapolation_cli", "write_markdown", "write_plot"]
 
 BOS, SEP, FIRST_SYMBOL = 0, 1, 2
 IGNORE = -100
@@ -69,12 +76,16 @@ IGNORE = -100
 
 @dataclass
 class _Task:
-    """A synthetic task of size ``n`` over ``alphabet`` symbols; ``sample`` draws a batch."""
+    """A synthetic task of size ``n >= 1`` over ``alphabet >= 2`` symbols; ``sample`` draws a batch."""
 
     n: int
     alphabet: int = 16
 
     name = "task"
+
+    def __post_init__(self):
+        self.n = check_int(self.n, "n", minimum=1)
+        self.alphabet = check_int(self.alphabet, "alphabet", minimum=2)  # one symbol carries no information
 
     @property
     def vocab_size(self) -> int:
@@ -85,6 +96,9 @@ class _Task:
         return 2 * self.n + 1
 
     def _symbols(self, rng, batch, length):
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        batch = check_int(batch, "batch_size", minimum=1)
         return rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + self.alphabet, size=(batch, length))
 
     def sample(self, rng: np.random.Generator, batch_size: int):
@@ -122,10 +136,16 @@ class ReverseTask(_Task):
 
 @dataclass
 class LagTask(_Task):
-    """``BOS x1..x2n``; position i > lag predicts x_{i-lag} (a purely relative pattern)."""
+    """``BOS x1..x2n``; position i > lag predicts x_{i-lag} (a purely relative pattern).
+
+    ``1 <= lag <= 2n - 1``, so that at least one position is scored."""
 
     lag: int = 3
     name = "lag"
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.lag = check_int(self.lag, "lag", minimum=1, maximum=2 * self.n - 1)
 
     def sample(self, rng, batch_size):
         tokens = np.concatenate([np.full((batch_size, 1), BOS), self._symbols(rng, batch_size, 2 * self.n)], axis=1)
@@ -166,6 +186,31 @@ class StudyConfig:
     seed: int = 0
     jobs: int = 2
 
+    def validate(self) -> "StudyConfig":
+        """Check the grid and the hyper-parameters before anything runs (``ValueError``/``TypeError``)."""
+        for name, allowed in (("encodings", REGISTRY), ("tasks", TASKS), ("fusions", FUSIONS)):
+            values = getattr(self, name)
+            if isinstance(values, str) or not all(isinstance(v, str) for v in values) or not values:
+                raise TypeError(f"{name} must be a non-empty list of names from {sorted(allowed)}, got {values!r}")
+            unknown = sorted(set(values) - set(allowed))
+            if unknown:
+                raise ValueError(f"{name} has unknown entries {unknown}; allowed: {sorted(allowed)}")
+        if not self.eval_factors or isinstance(self.eval_factors, str):
+            raise TypeError(f"eval_factors must be a non-empty list of ints, got {self.eval_factors!r}")
+        for f in self.eval_factors:
+            check_int(f, "eval_factors entry", minimum=1)
+        for name in ("train_len", "d_model", "n_heads", "n_layers", "d_ff", "batch_size", "eval_sequences", "jobs"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.alphabet, "alphabet", minimum=2)
+        for name in ("steps", "warmup", "seed"):
+            check_int(getattr(self, name), name, minimum=0)
+        for name in ("lr", "min_lr", "weight_decay", "clip"):
+            check_real(getattr(self, name), name, nonnegative=True)
+        for name in ("embed_scale", "position_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict keyed by encoding, got {type(getattr(self, name)).__name__}")
+        return self
+
 
 def quick_config(seed: int = 0) -> StudyConfig:
     """The reduced grid of ``--quick``: every encoding and fusion, tiny model, a few steps."""
@@ -174,7 +219,10 @@ def quick_config(seed: int = 0) -> StudyConfig:
 
 
 def grid(cfg: StudyConfig) -> list[dict]:
-    """The runs of a study: one per (encoding, fusion, task), with its derived seed."""
+    """The cells of a study: one per (encoding, fusion, task), with its derived seed.
+
+    A cell is the unit of work and of storage: :func:`run_cell` trains and evaluates it,
+    :class:`ResultStore` keeps its result under :func:`cell_id`."""
     runs = []
     for enc in cfg.encodings:
         fusions = cfg.fusions if REGISTRY[enc].absolute else (None,)
@@ -187,8 +235,29 @@ def grid(cfg: StudyConfig) -> list[dict]:
     return runs
 
 
+def cell_id(cell: dict) -> str:
+    """A cell's name in the result store, e.g. ``"rope__copy"``, ``"learned+concat__lag"``."""
+    return f"{cell['label']}__{cell['task']}"
+
+
 def _eval_seed(cfg: StudyConfig, task: str, n: int) -> int:
     return zlib.crc32(f"{cfg.seed}/eval/{task}/{n}".encode()) & 0x7FFFFFFF
+
+
+def run_cell(cfg_dict: dict, cell: dict) -> dict:
+    """Run one cell and report, never raise: ``{"cell", "status": "ok" | "error", "records",
+    "error", "seconds"}`` (``error`` holds the exception and traceback of a failed cell).
+
+    A plain function of picklable arguments, so any executor (a process pool here) can run it.
+    """
+    t0 = time.perf_counter()
+    try:
+        records, status, error = _run_one(cfg_dict, cell), "ok", ""
+    except Exception as exc:  # noqa: BLE001 - one failing cell is recorded, not fatal
+        records, status = [], "error"
+        error = f"{type(exc).__name__}: {exc}\n" + traceback.format_exc(limit=-4)
+    return {"cell": cell, "status": status, "records": records, "error": error,
+            "seconds": time.perf_counter() - t0}
 
 
 def _run_one(cfg_dict: dict, run: dict) -> list[dict]:
@@ -261,11 +330,11 @@ def write_markdown(results: dict, path) -> str:
                 continue
             cells = [f"{_fmt(rs[f]['token_accuracy'])} / {_fmt(rs[f]['exact_match'])}" if f in rs else "" for f in factors]
             cells += [_fmt(rs[f].get("token_accuracy_beyond")) if f in rs else "" for f in longer]
-            lines.append(f"| {label} | " + " | ".join(cells) + f" | {next(iter(rs.values()))['final_train_loss']:.3f} |")
+            loss = next(iter(rs.values()))["final_train_loss"]
+            lines.append(f"| {label} | " + " | ".join(cells) + f" | {'n/a' if loss is None else f'{loss:.3f}'} |")
         lines.append("")
     text = "\n".join(lines)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    atomic_write(path, lambda fh: fh.write(text), mode="w")
     return text
 
 
@@ -318,66 +387,200 @@ def write_plot(results: dict, path) -> bool:
     ax.set_title(f"token accuracy (exact match), trained at L = {L}", pad=34, fontsize=10)
     fig.colorbar(im, ax=ax, fraction=0.025, pad=0.02)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
+    finally:
+        plt.close(fig)
     return True
+
+
+# --------------------------------------------------------------------------- result store
+
+STUDY_TOOL = "posenc-np study extrapolation"
+_OUTPUTS = ("results.json", "results.md", "results.png")
+
+
+def _identity(cfg_dict: dict) -> dict:
+    """The part of a config that determines the results (``jobs`` only schedules them)."""
+    return {k: v for k, v in cfg_dict.items() if k != "jobs"}
+
+
+class ResultStore:
+    """The finished cells of one study in ``<out>/cells/<cell_id>.json``, one file per cell.
+
+    Each file is written atomically (:func:`posenc_np._files.atomic_write`) as soon as its cell
+    finishes, so a study killed at any moment keeps every finished cell, and a rerun with the
+    same ``out`` and configuration skips them. ``<out>/study.json`` names the configuration the
+    store belongs to; a directory holding another study's configuration, or output files this
+    tool did not write, is refused instead of mixed or clobbered. Cells recorded with
+    ``"status": "error"`` are run again on a rerun.
+    """
+
+    def __init__(self, out, cfg_dict: dict):
+        self.out = os.fspath(out)
+        self.cells_dir = os.path.join(self.out, "cells")
+        self.cfg_dict = cfg_dict
+        self.manifest = os.path.join(self.out, "study.json")
+
+    def prepare(self) -> None:
+        """Create the directories and prove every output can be written, before any cell runs."""
+        try:
+            os.makedirs(self.cells_dir, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create the study output directory {self.cells_dir!r}: {exc}") from exc
+        for name in ("study.json", *_OUTPUTS):
+            check_target(os.path.join(self.out, name), "study output")
+            sweep_stale_temps(os.path.join(self.out, name))
+        check_target(os.path.join(self.cells_dir, "probe.json"), "study cell directory")
+        if os.path.exists(self.manifest):
+            theirs = self._read_json(self.manifest)
+            if not isinstance(theirs, dict) or theirs.get("tool") != STUDY_TOOL:
+                raise ValueError(f"{self.manifest} was not written by {STUDY_TOOL}; refusing to use {self.out!r}")
+            if _identity(theirs.get("config") or {}) != _identity(self.cfg_dict):
+                keys = sorted(k for k in set(theirs.get("config") or {}) | set(self.cfg_dict)
+                              if k != "jobs" and (theirs.get("config") or {}).get(k) != self.cfg_dict.get(k))
+                raise ValueError(f"{self.out!r} holds a study with another configuration (differs in {keys}); "
+                                 "use another --out or remove it")
+        else:
+            results = os.path.join(self.out, "results.json")
+            if os.path.exists(results):
+                doc = self._read_json(results)
+                if not (isinstance(doc, dict) and isinstance(doc.get("meta"), dict)
+                        and doc["meta"].get("tool") == STUDY_TOOL):
+                    raise ValueError(f"{results} was not written by {STUDY_TOOL}; refusing to overwrite it")
+            self._write_json(self.manifest, {"tool": STUDY_TOOL, "config": self.cfg_dict})
+
+    @staticmethod
+    def _read_json(path):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return json.load(fh)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+
+    @staticmethod
+    def _write_json(path, obj) -> None:
+        text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n"
+        atomic_write(path, lambda fh: fh.write(text), mode="w")
+
+    def path(self, cell: dict) -> str:
+        return os.path.join(self.cells_dir, f"{cell_id(cell)}.json")
+
+    def load(self, cell: dict) -> dict | None:
+        """The stored result of ``cell`` if it finished with this configuration, else None.
+
+        A file that does not parse or belongs to another cell or configuration counts as not
+        finished (it is overwritten when the cell runs again)."""
+        doc = self._read_json(self.path(cell))
+        if not (isinstance(doc, dict) and doc.get("cell") == cell and isinstance(doc.get("records"), list)
+                and _identity(doc.get("config") or {}) == _identity(self.cfg_dict)):
+            return None
+        return doc
+
+    def save(self, result: dict) -> None:
+        self._write_json(self.path(result["cell"]), {**result, "config": self.cfg_dict})
+
+
+def _json_safe(obj):
+    """NaN/inf (e.g. the loss of a diverged cell) as None, so result files stay strict JSON."""
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 # --------------------------------------------------------------------------- driver
 
+def _execute(cfg_dict: dict, cells: list[dict], jobs: int, on_result) -> None:
+    """Run ``cells`` (serially, or on ``jobs`` worker processes) and hand each result to
+    ``on_result`` as it arrives. A worker that dies is recorded as an error of its cell."""
+    if jobs <= 1:
+        for cell in cells:
+            on_result(run_cell(cfg_dict, cell))
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(run_cell, cfg_dict, cell): cell for cell in cells}
+        for fut in as_completed(futures):
+            try:
+                result = fut.result()
+            except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker died
+                result = {"cell": futures[fut], "status": "error", "records": [], "seconds": 0.0,
+                          "error": f"{type(exc).__name__}: {exc} (the worker process failed)"}
+            on_result(result)
+
+
 def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = True, log=None) -> dict:
-    """Run the study described by ``cfg`` and write ``results.json``, ``results.md``, ``results.png``
-    into ``out``. Returns the results dict."""
-    cfg = cfg or StudyConfig()
-    os.makedirs(out, exist_ok=True)
-    runs = grid(cfg)
+    """Run the study described by ``cfg`` into ``out`` and return the results dict.
+
+    Every cell's result is stored as it finishes (:class:`ResultStore`), so a rerun with the
+    same ``out`` and configuration resumes: finished cells are skipped, failed ones retried.
+    A failing cell is recorded with its error (``results["failed"]``) and does not stop the
+    others. The configuration and the writability of every output are checked before the first
+    cell runs. At the end ``results.json``, ``results.md`` and ``results.png`` (when matplotlib
+    is installed) are written atomically from every finished cell.
+    """
+    cfg = (cfg or StudyConfig()).validate()
+    cfg_dict = json.loads(json.dumps(asdict(cfg)))  # tuples become lists, as stored
+    store = ResultStore(out, cfg_dict)
+    store.prepare()
+    cells = grid(cfg)
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     say = log if progress else (lambda msg: None)
-    say(f"study: {len(runs)} runs ({len({r['label'] for r in runs})} encodings x {len(cfg.tasks)} tasks), "
-        f"L={cfg.train_len}, {cfg.steps} steps each, {cfg.jobs} worker(s)")
+    results = {cell_id(c): store.load(c) for c in cells}
+    todo = [c for c in cells if results[cell_id(c)] is None or results[cell_id(c)]["status"] != "ok"]
+    say(f"study: {len(cells)} cells ({len({c['label'] for c in cells})} encodings x {len(cfg.tasks)} tasks), "
+        f"L={cfg.train_len}, {cfg.steps} steps each, {cfg.jobs} worker(s)"
+        + (f"; {len(cells) - len(todo)} already done in {store.out}, {len(todo)} to run" if len(todo) < len(cells)
+           else ""))
     t0 = time.perf_counter()
-    results_by_run = [None] * len(runs)
-    cfg_dict = asdict(cfg)
-    bar = Progress(len(runs), desc="study", enabled=progress, use_tqdm=False, min_interval=0.0)
+    bar = Progress(len(todo), desc="study", enabled=progress, use_tqdm=False, min_interval=0.0)
 
-    def done(i, recs):
-        results_by_run[i] = recs
-        accs = " ".join(f"{r['eval_factor']}L={_fmt(r['token_accuracy'])}" for r in recs)
-        bar.update(1, run=f"{runs[i]['label']}/{runs[i]['task']}", loss=round(recs[0]["final_train_loss"], 4),
-                   acc=accs, secs=round(recs[0]["train_seconds"], 1))
+    def on_result(result):
+        result = _json_safe(result)
+        store.save(result)
+        results[cell_id(result["cell"])] = result
+        cell = result["cell"]
+        if result["status"] == "ok":
+            recs = result["records"]
+            accs = " ".join(f"{r['eval_factor']}L={_fmt(r['token_accuracy'])}" for r in recs)
+            loss = recs[0]["final_train_loss"]
+            bar.update(1, run=f"{cell['label']}/{cell['task']}", loss=None if loss is None else round(loss, 4),
+                       acc=accs, secs=round(recs[0]["train_seconds"], 1))
+        else:
+            bar.update(1, run=f"{cell['label']}/{cell['task']}", status="FAILED",
+                       error=result["error"].splitlines()[0][:120])
 
-    if cfg.jobs <= 1:
-        for i, run in enumerate(runs):
-            done(i, _run_one(cfg_dict, run))
-    else:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        with ProcessPoolExecutor(max_workers=cfg.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(_run_one, cfg_dict, run): i for i, run in enumerate(runs)}
-            for fut in as_completed(futures):
-                done(futures[fut], fut.result())
+    _execute(cfg_dict, todo, cfg.jobs, on_result)
     bar.close()
     elapsed = time.perf_counter() - t0
-    records = [r for recs in results_by_run for r in recs]
-    results = {"meta": {"tool": "posenc-np study extrapolation", "version": __version__, "config": cfg_dict,
-                        "elapsed_seconds": elapsed, "python": platform.python_version(), "numpy": np.__version__,
+    done = [results[cell_id(c)] for c in cells]
+    failed = [{"cell": cell_id(r["cell"]), "error": r["error"]} for r in done if r["status"] != "ok"]
+    records = [rec for r in done if r["status"] == "ok" for rec in r["records"]]
+    out_dir = store.out
+    summary = {"meta": {"tool": STUDY_TOOL, "version": __version__, "config": cfg_dict,
+                        "elapsed_seconds": elapsed, "cell_seconds": sum(r["seconds"] for r in done),
+                        "python": platform.python_version(), "numpy": np.__version__,
                         "machine": platform.machine(), "cpu_count": os.cpu_count(),
                         "tasks": {t: TASKS[t].__doc__ or t for t in cfg.tasks}},
-               "records": records}
-    with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump(results, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-    write_markdown(results, os.path.join(out, "results.md"))
-    plotted = write_plot(results, os.path.join(out, "results.png"))
+               "records": records, "failed": failed}
+    ResultStore._write_json(os.path.join(out_dir, "results.json"), summary)
+    write_markdown(summary, os.path.join(out_dir, "results.md"))
+    plotted = write_plot(summary, os.path.join(out_dir, "results.png"))
     say(f"study: done in {elapsed:.1f} s; wrote results.json, results.md"
-        + (", results.png" if plotted else " (matplotlib not installed: no plot)") + f" to {out}")
-    return results
+        + (", results.png" if plotted else " (matplotlib not installed: no plot)") + f" to {out_dir}"
+        + (f"; {len(failed)} cell(s) FAILED: {', '.join(f['cell'] for f in failed)}" if failed else ""))
+    return summary
 
 
 def run_extrapolation_cli(args) -> int:
     """Entry point of ``posenc-np study extrapolation`` (``args.out``, ``quick``, ``seed``, ``no_progress``)."""
     seed = check_int(args.seed, "--seed", minimum=0)
     cfg = quick_config(seed) if args.quick else StudyConfig(seed=seed)
-    run_extrapolation(args.out, cfg, progress=not args.no_progress)
-    return 0
+    results = run_extrapolation(args.out, cfg, progress=not args.no_progress)
+    return 1 if results["failed"] else 0
