@@ -34,6 +34,11 @@ gets the same guarantees:
     writable; else a private per-user directory under the system temp dir
     (``posenc_np-numba-<uid>``, mode 0700, must be owned by the user); else no caching. A
     read-only install or cache never makes an import or a call fail, it only costs a compile.
+    Neither does a damaged cache: Numba's own loader lets a truncated or garbage index
+    (``.nbi``) or data (``.nbc``) file raise ``UnpicklingError``/``EOFError`` from every call
+    until the file is deleted by hand. Every kernel's cache is therefore wrapped
+    (:func:`_tolerate_bad_cache`): a failed load counts as a miss (the kernel compiles), and the
+    fresh result replaces the bad entry (an unreadable index is removed first).
 
 ``OMP_WAIT_POLICY``
     Set to ``PASSIVE`` (unless the user set it) before Numba can load its OpenMP runtime:
@@ -147,13 +152,48 @@ def njit_kernel(**overrides):
         # package __pycache__ is what Numba's in-tree locator uses when it is "" anyway.
         _numba_config.CACHE_DIR = "" if directory == _PACKAGE_CACHE else directory
         try:
-            return numba.njit(**options)(func)
+            return _tolerate_bad_cache(numba.njit(**options)(func))
         except RuntimeError:  # "cannot cache function ...: no locator available"
             return numba.njit(**{**options, "cache": False})(func)
         finally:
             _numba_config.CACHE_DIR = saved
 
     return decorate
+
+
+def _tolerate_bad_cache(dispatcher):
+    """Make a damaged on-disk cache cost a compile instead of failing every call.
+
+    Numba's ``Cache.load_overload`` unpickles the index and data files and lets any error
+    through; ``save_overload`` re-reads the index first, so a corrupt index also makes every
+    save fail. Here a failed load is a miss, and a failed save removes the unreadable index
+    and saves again (the other signatures it listed recompile once, then are cached again).
+    """
+    cache = getattr(dispatcher, "_cache", None)
+    load, save = getattr(cache, "load_overload", None), getattr(cache, "save_overload", None)
+    if load is None or save is None:
+        return dispatcher
+
+    def load_overload(sig, target_context):
+        try:
+            return load(sig, target_context)
+        except Exception:  # noqa: BLE001 - truncated/garbage/foreign cache files: any unpickling error
+            return None
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except Exception:  # noqa: BLE001 - the index could not be read back: start a fresh one
+            index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+            if index:
+                with contextlib.suppress(OSError):
+                    os.unlink(index)
+            with contextlib.suppress(Exception):
+                save(sig, data)
+
+    cache.load_overload = load_overload
+    cache.save_overload = save_overload
+    return dispatcher
 
 
 class blas_single_thread:
