@@ -22,15 +22,17 @@ __all__ = [
     "check_choice",
     "check_float_dtype",
     "check_int",
+    "check_lengths",
     "check_real",
 ]
 
 #: Largest array (in bytes) a function builds from integer size arguments alone (a table of
 #: ``positions.size x dim``, a ``(q_len, k_len)`` index matrix, a layer's weights). Larger
 #: requests raise ``ValueError`` naming the sizes instead of a ``MemoryError`` or an
-#: ``OverflowError`` from deep inside NumPy. 16 GiB: far past any encoding table or layer this
-#: library is meant for, small enough that a typo (``dim=10**12``) fails at once.
-MAX_ALLOC_BYTES = 1 << 34
+#: ``OverflowError`` from deep inside NumPy. 4 GiB: far past any encoding table or layer this
+#: library is meant for (a float64 table of 2^29 entries), small enough that a typo
+#: (``dim=10**12``) fails at once instead of exhausting the machine's memory.
+MAX_ALLOC_BYTES = 1 << 32
 
 
 def _show(value, limit: int = 60) -> str:
@@ -176,3 +178,15 @@ def check_angles(positions: np.ndarray, freqs: np.ndarray, what: str = "position
     if not np.isfinite(p * w):
         raise ValueError(f"{what} overflows float64 (|position| up to {p:.6g}, frequency up to {w:.6g}); the "
                          "angles, and their sin and cos, would not be finite")
+
+
+def check_lengths(q_len, k_len, what: str, itemsize_dtype=np.int64) -> tuple[int, int]:
+    """``q_len``, ``k_len`` as ints >= 0 whose ``(q_len, k_len)`` matrix, and the two position
+    ranges it is built from, fit :data:`MAX_ALLOC_BYTES` (so a zero-size matrix with a huge
+    other side cannot allocate a huge ``arange`` either)."""
+    q_len = check_int(q_len, "q_len", minimum=0)
+    k_len = check_int(k_len, "k_len", minimum=0)
+    check_alloc((q_len,), np.int64, "query positions (q_len,)")
+    check_alloc((k_len,), np.int64, "key positions (k_len,)")
+    check_alloc((q_len, k_len), itemsize_dtype, what)
+    return q_len, k_len

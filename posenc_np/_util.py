@@ -49,3 +49,17 @@ def scatter_add_rows(index: np.ndarray, values: np.ndarray, num_rows: int) -> np
     starts = np.flatnonzero(np.concatenate([[True], sorted_ids[1:] != sorted_ids[:-1]]))
     out[sorted_ids[starts]] = np.add.reduceat(rows[order], starts, axis=0)
     return out
+
+
+def normal_init(rng: np.random.Generator, std: float, shape, dtype=np.float64, what: str = "weights") -> np.ndarray:
+    """``rng.normal(0, std, shape)`` cast to ``dtype``; ``ValueError`` if a draw is not finite there.
+
+    ``std`` is a checked finite float >= 0; only an absurd one (1e308, or past float32's range for
+    a float32 layer) can overflow, and then the error names ``init_std`` instead of leaving inf
+    weights behind a ``RuntimeWarning``.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        w = rng.normal(0.0, std, size=shape).astype(dtype, copy=False)
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"init_std={std} gives {what} beyond {np.dtype(dtype)}'s range")
+    return w

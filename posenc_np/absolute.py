@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (as_int_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
+from ._checks import (as_float_array, as_int_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
                       check_real)
-from ._util import scatter_add_rows, sum_to_shape
+from ._util import normal_init, scatter_add_rows, sum_to_shape
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -100,9 +100,10 @@ def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "int
     """
     layout = check_choice(layout, "layout", SINUSOIDAL_LAYOUTS)
     dtype = check_float_dtype(dtype)
+    pos = as_positions(positions)
+    check_alloc(pos.shape + (check_int(dim, "dim", minimum=1),), np.float64, "sinusoidal table positions.shape + (dim,)")
     freqs = sinusoidal_frequencies(dim, base=base)
-    pos = as_positions(positions).astype(np.float64)
-    check_alloc(pos.shape + (dim,), np.float64, "sinusoidal table positions.shape + (dim,)")
+    pos = pos.astype(np.float64)
     check_angles(pos, freqs)
     return _sin_cos_layout(pos[..., None] * freqs, layout).astype(dtype, copy=False)
 
@@ -143,14 +144,16 @@ def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timesc
     hi = check_real(max_timescale, "max_timescale", positive=True)
     if hi < lo:
         raise ValueError(f"max_timescale ({hi}) must be >= min_timescale ({lo})")
-    start_index = check_int(start_index, "start_index")
+    start_index = check_int(start_index, "start_index", minimum=-2**53, maximum=2**53)  # exact in float64
     dtype = check_float_dtype(dtype)
     n = dim // 2
+    pos = as_positions(positions)
+    check_alloc(pos.shape + (max(dim, 1),), np.float64, "timing signal positions.shape + (dim,)")
+    check_alloc((n,), np.float64, "timescales (dim // 2,)")
     # ln(hi / lo) as a difference of logs: hi / lo itself overflows for extreme timescales
     increment = (np.log(hi) - np.log(lo)) / max(n - 1, 1)
     inv_timescales = lo * np.exp(-increment * np.arange(n, dtype=np.float64))
-    pos = as_positions(positions).astype(np.float64) + start_index
-    check_alloc(pos.shape + (dim,), np.float64, "timing signal positions.shape + (dim,)")
+    pos = pos.astype(np.float64) + start_index
     check_angles(pos, inv_timescales, "(positions + start_index) * inv_timescales")
     signal = _sin_cos_layout(pos[..., None] * inv_timescales, "concat")
     if dim % 2:
@@ -190,7 +193,7 @@ class LearnedPositionalEmbedding:
         init_std = check_real(init_std, "init_std", nonnegative=True)
         check_alloc((self.num_positions, self.dim), np.float64, "learned table (num_positions, dim)")
         rng = np.random.default_rng(seed)
-        self.params = {"weight": rng.normal(0.0, init_std, size=(self.num_positions, self.dim))}
+        self.params = {"weight": normal_init(rng, init_std, (self.num_positions, self.dim))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
         self._positions = None
 
@@ -219,7 +222,7 @@ class LearnedPositionalEmbedding:
         """
         if self._positions is None:
             raise RuntimeError("backward called before forward")
-        dout = np.asarray(dout)
+        dout = as_float_array(dout, "dout")
         expected = self._positions.shape + (self.dim,)
         if dout.shape != expected:
             raise ValueError(f"dout must have shape {expected}, got {dout.shape}")
@@ -229,8 +232,8 @@ class LearnedPositionalEmbedding:
 
 def _check_fusion(x, p, mode):
     mode = check_choice(mode, "mode", FUSIONS)
-    x = np.asarray(x)
-    p = np.asarray(p)
+    x = as_float_array(x, "x", ndim_min=1)
+    p = as_float_array(p, "p", ndim_min=1)
     # add/multiply: p broadcasts to x's whole shape; concat: to x's leading axes only
     x_part, p_part = (x.shape, p.shape) if mode != "concat" else (x.shape[:-1], p.shape[:-1])
     what = "x's shape" if mode != "concat" else "x's leading axes"
@@ -265,7 +268,10 @@ def fuse_backward(dy, x, p, mode: str = "add") -> tuple[np.ndarray, np.ndarray]:
     ``concat``: the two slices of ``dy``.
     """
     x, p, mode = _check_fusion(x, p, mode)
-    dy = np.asarray(dy)
+    dy = as_float_array(dy, "dy")
+    out_shape = x.shape[:-1] + (x.shape[-1] + p.shape[-1],) if mode == "concat" else x.shape
+    if dy.shape != out_shape:
+        raise ValueError(f"dy must have the shape of fuse's output {out_shape}, got {dy.shape}")
     if mode == "add":
         return dy, sum_to_shape(dy, p.shape)
     if mode == "multiply":

@@ -89,7 +89,9 @@ def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
     ----------
     Press et al. 2022, sec. 3; ``get_slopes`` in ofirpress/attention_with_linear_biases.
     """
-    return _slopes(check_int(num_heads, "num_heads", minimum=1), check_real(max_bias, "max_bias", positive=True))
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
+    check_alloc((num_heads,), np.float64, "slopes (num_heads,)")
+    return _slopes(num_heads, check_real(max_bias, "max_bias", positive=True))
 
 
 def _slopes(n: int, b: float) -> np.ndarray:
@@ -178,6 +180,7 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
         query-key distance past 2^53 (not exact in float64, where positions are computed).
     """
     n = check_int(num_heads, "num_heads", minimum=1)
+    check_alloc((n,), np.float64, "slopes (num_heads,)")
     q_len = check_int(q_len, "q_len", minimum=0)
     q_offset = check_int(q_offset, "q_offset")
     k_len = q_offset + q_len if k_len is None else check_int(k_len, "k_len", minimum=0)

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real
+from ._checks import as_float_array, check_bool, check_int, check_lengths, check_real
 from ._util import sum_to_shape
 
 __all__ = ["Hook", "backward", "causal_mask", "forward", "merge_heads", "softmax", "split_heads"]
@@ -70,9 +70,7 @@ class Hook:
 
 def causal_mask(q_len: int, k_len: int) -> np.ndarray:
     """Boolean ``(q_len, k_len)``: True where key ``j <= i + (k_len - q_len)`` (bottom-right)."""
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
-    check_alloc((q_len, k_len), bool, "causal mask (q_len, k_len)")
+    q_len, k_len = check_lengths(q_len, k_len, "causal mask (q_len, k_len)", bool)
     return np.arange(k_len)[None, :] <= np.arange(q_len)[:, None] + (k_len - q_len)
 
 
@@ -153,6 +151,18 @@ def _check_scale(scale, d: int) -> float:
 
 
 _HOOK_METHODS = ("logits", "logits_backward", "values", "values_backward")
+
+
+def check_hook_args(q, k, scale):
+    """What a hook's ``logits(q, k, scale)`` receives from :func:`forward`, checked for a direct call:
+    float ``q``/``k`` of shape ``(..., heads, len, d)`` with equal leading axes and ``d``, a finite
+    ``scale > 0``. Returns them (integers converted to float64)."""
+    q = as_float_array(q, "q", ndim_min=3)
+    k = as_float_array(k, "k", ndim_min=3)
+    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must be (..., heads, len, d) with equal leading axes and d, got {q.shape} "
+                         f"and {k.shape}")
+    return q, k, check_real(scale, "scale", positive=True)
 
 
 def _check_hooks(hooks) -> tuple:
@@ -244,6 +254,19 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
 _CACHE_KEYS = {"q", "k", "v", "probs", "scale", "bias_shape", "hooks", "hook_caches"}
 
 
+def _check_cache(cache):
+    """``(q, k, v, probs, scale)`` of a :func:`forward` cache, or ``TypeError`` for anything else."""
+    ok = isinstance(cache, dict) and _CACHE_KEYS <= set(cache)
+    if ok:
+        q, k, v, probs, scale = (cache[name] for name in ("q", "k", "v", "probs", "scale"))
+        ok = (all(isinstance(a, np.ndarray) and a.ndim >= 3 for a in (q, k, v, probs))
+              and probs.shape == q.shape[:-1] + (k.shape[-2],) and isinstance(scale, float)
+              and len(cache["hooks"]) == len(cache["hook_caches"]))
+    if not ok:
+        raise TypeError("cache must be the dict returned by posenc_np.attention.forward")
+    return q, k, v, probs, scale
+
+
 def backward(dout, cache) -> dict:
     r"""Attention backward pass.
 
@@ -259,9 +282,7 @@ def backward(dout, cache) -> dict:
         ``q``, ``k``, ``v`` gradients and ``bias`` (``None`` when there was no bias). Hook
         parameter gradients are written into each hook's ``grads``.
     """
-    if not isinstance(cache, dict) or not _CACHE_KEYS <= set(cache):
-        raise TypeError("cache must be the dict returned by posenc_np.attention.forward")
-    q, k, v, probs, scale = cache["q"], cache["k"], cache["v"], cache["probs"], cache["scale"]
+    q, k, v, probs, scale = _check_cache(cache)
     dout = as_float_array(dout, "dout")
     if dout.shape != probs.shape[:-1] + (v.shape[-1],):
         raise ValueError(f"dout must have shape {probs.shape[:-1] + (v.shape[-1],)}, got {dout.shape}")

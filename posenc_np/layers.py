@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ._checks import as_float_array, as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
-from ._util import scatter_add_rows
+from ._util import normal_init, scatter_add_rows
 
 __all__ = [
     "GELU",
@@ -58,7 +58,7 @@ def _need_forward(cache, name):
 
 
 def _check_dy(dy, shape, name):
-    dy = np.asarray(dy)
+    dy = as_float_array(dy, f"{name}.backward: dy")
     if dy.shape != shape:
         raise ValueError(f"{name}.backward: dy must have shape {shape} (the forward output), got {dy.shape}")
     return dy
@@ -98,7 +98,7 @@ class Linear:
         init_std = check_real(init_std, "init_std", nonnegative=True)
         dtype = check_float_dtype(dtype)
         check_alloc((self.in_features, self.out_features), np.float64, "Linear weight (in_features, out_features)")
-        w = _rng(rng).normal(0.0, init_std, size=(self.in_features, self.out_features)).astype(dtype)
+        w = normal_init(_rng(rng), init_std, (self.in_features, self.out_features), dtype)
         self.params = {"weight": w}
         if bias:
             self.params["bias"] = np.zeros(self.out_features, dtype=dtype)
@@ -302,7 +302,7 @@ class Embedding:
         init_std = check_real(init_std, "init_std", nonnegative=True)
         dtype = check_float_dtype(dtype)
         check_alloc((self.num_embeddings, self.dim), np.float64, "Embedding weight (num_embeddings, dim)")
-        self.params = {"weight": _rng(rng).normal(0.0, init_std, size=(self.num_embeddings, self.dim)).astype(dtype)}
+        self.params = {"weight": normal_init(_rng(rng), init_std, (self.num_embeddings, self.dim), dtype)}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
         self._ids = None
 
@@ -374,6 +374,14 @@ def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100):
 def softmax_cross_entropy_backward(cache, dloss: float = 1.0) -> np.ndarray:
     r""":math:`\partial\mathcal L/\partial z_{jc} = (p_{jc} - [c = t_j])\,[t_j \ne \text{ignore}]/N`,
     times ``dloss``."""
+    ok = isinstance(cache, dict) and set(cache) == {"probs", "targets", "keep", "count"}
+    if ok:
+        probs, targets, keep = cache["probs"], cache["targets"], cache["keep"]
+        ok = (all(isinstance(a, np.ndarray) for a in (probs, targets, keep)) and probs.ndim >= 1
+              and targets.shape == keep.shape == probs.shape[:-1] and isinstance(cache["count"], int))
+    if not ok:
+        raise TypeError("cache must be the dict returned by softmax_cross_entropy")
+    dloss = check_real(dloss, "dloss")
     probs, targets, keep, count = cache["probs"], cache["targets"], cache["keep"], cache["count"]
     d = probs.copy()
     np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], axis=-1) - 1, axis=-1)

@@ -58,7 +58,7 @@ import numpy as np
 
 from . import absolute, alibi
 from . import attention as attn
-from ._checks import as_int_array, check_choice, check_float_dtype, check_int, check_real
+from ._checks import as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
 from .layers import GELU, GELU_APPROXIMATIONS, Embedding, LayerNorm, Linear
 
 EMBED_SCALES = ("none", "sqrt_d")
@@ -130,6 +130,9 @@ class ModelConfig:
             check_int(self.d_ff, "d_ff", minimum=1)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        d, ff = self.d_model, self.d_ff or 4 * self.d_model
+        per_layer = 4 * d * d + 2 * d * ff + ff + 9 * d  # qkv, proj, fc1, fc2 weights and biases, two LayerNorms
+        check_alloc((self.n_layers, per_layer), check_float_dtype(self.dtype), "block parameters (n_layers, per layer)")
         for name in ("causal", "tied"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -802,7 +805,10 @@ class Transformer:
     def generate(self, prompt, steps: int) -> np.ndarray:
         """Greedy continuation of ``prompt`` (``(B, T0)``) by ``steps`` tokens with the KV cache."""
         prompt = as_int_array(prompt, "prompt")
+        if prompt.ndim != 2:
+            raise ValueError(f"prompt must be (batch, length), got shape {prompt.shape}")
         steps = check_int(steps, "steps", minimum=0)
+        check_alloc((prompt.shape[0], prompt.shape[1] + steps), np.int64, "generated tokens (batch, length + steps)")
         cache = self.init_cache()
         out = [prompt]
         logits = self.forward(prompt, cache=cache)[:, -1]

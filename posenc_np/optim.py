@@ -57,6 +57,15 @@ def _check_grads(grads, params: dict, name: str = "grads") -> None:
     _check_finite(grads, name)
 
 
+def _check_arrays(grads, name: str) -> None:
+    """A dict of float ndarrays (gradients are scaled in place, so they must be arrays)."""
+    if not isinstance(grads, dict):
+        raise TypeError(f"{name} must be a dict of named arrays, got {type(grads).__name__}")
+    for k, g in grads.items():
+        if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+            raise TypeError(f"{name}[{k!r}] must be a float ndarray, got {type(g).__name__} {getattr(g, 'dtype', '')}")
+
+
 def _check_finite(grads: dict, name: str) -> None:
     for k, g in grads.items():
         if not np.all(np.isfinite(g)):
@@ -200,6 +209,7 @@ def global_norm(grads: dict) -> float:
     Finite gradients whose squares would overflow float64 are rescaled by their largest
     magnitude first, so the norm is finite whenever it is representable.
     """
+    _check_arrays(grads, "grads")
     flats = [g.ravel().astype(np.float64) for g in grads.values()]
     with np.errstate(over="ignore"):
         total = sum(float(np.dot(x, x)) for x in flats)
@@ -217,8 +227,7 @@ def clip_grad_norm(grads: dict, max_norm: float) -> float:
     (a non-finite norm cannot be clipped; torch's ``error_if_nonfinite=True``).
     """
     max_norm = check_real(max_norm, "max_norm", positive=True)
-    if not isinstance(grads, dict):
-        raise TypeError(f"grads must be a dict of named arrays, got {type(grads).__name__}")
+    _check_arrays(grads, "grads")
     _check_finite(grads, "grads")
     total = global_norm(grads)
     coef = max_norm / (total + 1e-6)

@@ -373,15 +373,19 @@ def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | 
         else:
             if seq_len is None:
                 raise ValueError(f"centre={centre!r} needs seq_len (the total length N shared by q and k)")
-            n_total = check_int(seq_len, "seq_len", minimum=1)
+            n_total = check_int(seq_len, "seq_len", minimum=1, maximum=2**53)
             c = float(-(-n_total // 2) if centre == "torchscale" else n_total // 2)
     else:
         c = check_real(centre, "centre")
+    pos = as_positions(positions)
+    check_alloc(pos.shape + (dim // 2,), np.float64, "xPos scale positions.shape + (dim // 2,)")
     zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
-    power = (as_positions(positions).astype(np.float64) - c) / scale_base
+    with np.errstate(over="ignore", invalid="ignore"):
+        power = (pos.astype(np.float64) - c) / scale_base
+    if not np.all(np.isfinite(power)):
+        raise ValueError(f"(positions - centre) / scale_base overflows float64 (centre {c}, scale_base {scale_base})")
     if role == "key":
         power = -power
-    check_alloc(power.shape + (dim // 2,), np.float64, "xPos scale positions.shape + (dim // 2,)")
     # zeta_i < 1, so the largest scale is zeta_0 ** min(power): it overflows iff -min(power) ln(1/zeta_0) > ln(max)
     worst = -float(np.min(power)) if power.size else 0.0
     if worst * -np.log(zeta[0]) > np.log(np.finfo(np.float64).max):
@@ -454,6 +458,7 @@ def patch_positions(height: int, width: int) -> np.ndarray:
     """``(row, col)`` of each patch of a ``height x width`` grid in row-major order: shape ``(2, height*width)``."""
     height = check_int(height, "height", minimum=1)
     width = check_int(width, "width", minimum=1)
+    check_alloc((2, height, width), np.int64, "patch positions (2, height * width)")
     rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
     return np.stack([rows.reshape(-1), cols.reshape(-1)]).astype(np.int64)
 

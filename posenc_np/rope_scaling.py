@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_bool, check_int, check_real
+from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real
 from .absolute import sinusoidal_frequencies
 
 __all__ = [
@@ -173,7 +173,10 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """
     scale = check_real(scale, "scale", positive=True)
     mscale = check_real(mscale, "mscale")
-    return 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+    g = 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+    if not math.isfinite(g):
+        raise ValueError(f"0.1 * mscale * ln(scale) + 1 overflows float64 for mscale={mscale}, scale={scale}")
+    return g
 
 
 def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_position_embeddings: int) -> float:
@@ -192,7 +195,9 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
 
 
 def _correction_dim(r: float, dim: int, base: float, L0: int) -> float:
-    return dim * math.log(L0 / (2.0 * math.pi * r)) / (2.0 * math.log(base))
+    ratio = L0 / (2.0 * math.pi * r)  # Hugging Face's expression, kept for its rounding ...
+    log_ratio = math.log(ratio) if math.isfinite(ratio) else math.log(L0) - math.log(2.0 * math.pi) - math.log(r)
+    return dim * log_ratio / (2.0 * math.log(base))  # ... and the log domain when a tiny r overflows it
 
 
 def yarn_correction_range(dim: int, base: float, original_max_position_embeddings: int, *,
@@ -294,6 +299,7 @@ def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
     """
     rope_type, params = _normalise(scaling)
     dim, base = _resolve_dim_base(dim, base, params, rope_type)
+    check_alloc((dim // 2,), np.float64, "bands (dim // 2,)")
     low, high, L0 = _llama3_params(params, None)
     wavelen = 2.0 * math.pi / sinusoidal_frequencies(dim, base=base)
     return np.where(wavelen < L0 / high, 0, np.where(wavelen > L0 / low, 2, 1)).astype(np.int64)
@@ -465,6 +471,7 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     """
     rope_type, params = _normalise(scaling)
     dim, base = _resolve_dim_base(dim, base, params, rope_type)
+    check_alloc((dim // 2,), np.float64, "inv_freq (dim // 2,)")
     if seq_len is not None:
         seq_len = check_int(seq_len, "seq_len", minimum=1, maximum=MAX_LENGTH)
     if max_position_embeddings is not None:

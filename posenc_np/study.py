@@ -58,10 +58,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._checks import check_int, check_real
+from ._checks import check_alloc, check_int, check_real
 from ._files import atomic_write, check_target, sweep_stale_temps
-from .absolute import FUSIONS
 from ._version import __version__
+from .absolute import FUSIONS
 from .model import REGISTRY, ModelConfig, Transformer
 from .train import Progress, evaluate, train
 
@@ -96,12 +96,17 @@ class _Task:
         return 2 * self.n + 1
 
     def _symbols(self, rng, batch, length):
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-        batch = check_int(batch, "batch_size", minimum=1)
         return rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + self.alphabet, size=(batch, length))
 
     def sample(self, rng: np.random.Generator, batch_size: int):
+        """``(tokens, targets)``, integer arrays ``(batch_size, seq_len)`` drawn with ``rng``."""
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+        batch_size = check_int(batch_size, "batch_size", minimum=1)
+        check_alloc((batch_size, self.seq_len + 1), np.int64, "task batch (batch_size, sequence length)")
+        return self._sample(rng, batch_size)
+
+    def _sample(self, rng, batch_size):
         raise NotImplementedError
 
 
@@ -117,7 +122,7 @@ class CopyTask(_Task):
 
     name = "copy"
 
-    def sample(self, rng, batch_size):
+    def _sample(self, rng, batch_size):
         x = self._symbols(rng, batch_size, self.n)
         col = np.full((batch_size, 1), BOS), np.full((batch_size, 1), SEP)
         return _seq2seq(np.concatenate([col[0], x, col[1], x], axis=1), self.n)
@@ -128,7 +133,7 @@ class ReverseTask(_Task):
 
     name = "reverse"
 
-    def sample(self, rng, batch_size):
+    def _sample(self, rng, batch_size):
         x = self._symbols(rng, batch_size, self.n)
         col = np.full((batch_size, 1), BOS), np.full((batch_size, 1), SEP)
         return _seq2seq(np.concatenate([col[0], x, col[1], x[:, ::-1]], axis=1), self.n)
@@ -147,7 +152,7 @@ class LagTask(_Task):
         super().__post_init__()
         self.lag = check_int(self.lag, "lag", minimum=1, maximum=2 * self.n - 1)
 
-    def sample(self, rng, batch_size):
+    def _sample(self, rng, batch_size):
         tokens = np.concatenate([np.full((batch_size, 1), BOS), self._symbols(rng, batch_size, 2 * self.n)], axis=1)
         targets = np.full_like(tokens, IGNORE)
         targets[:, self.lag + 1:] = tokens[:, 1:-self.lag]  # position i predicts x_{i-lag}, i - lag >= 1
@@ -186,7 +191,7 @@ class StudyConfig:
     seed: int = 0
     jobs: int = 2
 
-    def validate(self) -> "StudyConfig":
+    def validate(self) -> StudyConfig:
         """Check the grid and the hyper-parameters before anything runs (``ValueError``/``TypeError``)."""
         for name, allowed in (("encodings", REGISTRY), ("tasks", TASKS), ("fusions", FUSIONS)):
             values = getattr(self, name)

@@ -112,6 +112,9 @@ def gradcheck(
     rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     raise_on_failure = check_bool(raise_on_failure, "raise_on_failure")
     x = {k: (np.array(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v) for k, v in inputs.items()}
+    for k, v in x.items():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+            raise ValueError(f"inputs[{k!r}] holds NaN or inf: central differences need finite inputs")
 
     def as_tuple(out):
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)

@@ -42,7 +42,14 @@ from ._checks import as_int_array, check_bool, check_int, check_real
 from ._files import atomic_write, check_target
 from .layers import softmax_cross_entropy, softmax_cross_entropy_backward
 from .model import ModelConfig, Transformer
-from .optim import Adam, _check_betas, _check_lrs, clip_grad_norm, cosine_schedule, global_norm
+from .optim import (
+    Adam,
+    _check_betas,
+    _check_lrs,
+    clip_grad_norm,
+    cosine_schedule,
+    global_norm,
+)
 
 __all__ = ["Checkpoint", "Progress", "evaluate", "load_checkpoint", "save_checkpoint", "train"]
 
@@ -233,7 +240,7 @@ def _read_meta(zf: zipfile.ZipFile, path) -> dict:
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise ValueError(f"{path}: step must be a non-negative integer, got {step!r}")
     if not isinstance(meta["model_config"], dict) or not isinstance(meta["extra"], dict):
-        raise ValueError(f"{path}: 'model_config' and 'extra' must be JSON objects")
+        raise ValueError(f"{path}: 'model_config' and 'extra' must be JSON objects")  # noqa: TRY004 - a bad file
     return meta
 
 
@@ -475,7 +482,7 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyon
             scored_beyond += int(keep[:, beyond:].sum())
     out = {"token_accuracy": correct / scored if scored else None,
            "exact_match": seq_ok / len(tokens) if len(tokens) else None,
-           "loss": loss_sum / scored if scored else None, "n_sequences": int(len(tokens)), "n_scored": scored}
+           "loss": loss_sum / scored if scored else None, "n_sequences": len(tokens), "n_scored": scored}
     if beyond is not None:
         out["token_accuracy_beyond"] = correct_beyond / scored_beyond if scored_beyond else None
     return out

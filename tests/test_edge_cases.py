@@ -6,8 +6,8 @@ backends that disagree on an empty shape. Expected values come from the formulas
 """
 
 import math
-from pathlib import Path
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,14 +147,14 @@ def _no_warnings(fn):
 def test_gelu_at_infinity():
     """gelu(-inf) was NaN (inf * 0); the derivative at +-inf was NaN too."""
     x = np.array([-np.inf, -1e300, np.inf, 1e300])
+    x32 = np.array([-np.inf, -3e38, np.inf, 3e38], np.float32)
     for approx in ("tanh", "none"):
-        y = _no_warnings(lambda: layers.gelu(x, approximate=approx))
+        y = _no_warnings(lambda a=approx: layers.gelu(x, approximate=a))
         np.testing.assert_array_equal(y, [0.0, 0.0, np.inf, 1e300])
-        d = _no_warnings(lambda: layers.gelu_backward(np.ones(4), x, approximate=approx))
+        d = _no_warnings(lambda a=approx: layers.gelu_backward(np.ones(4), x, approximate=a))
         np.testing.assert_array_equal(d, [0.0, 0.0, 1.0, 1.0])
         layer = layers.GELU(approximate=approx)
-        x32 = np.array([-np.inf, -3e38, np.inf, 3e38], np.float32)
-        np.testing.assert_array_equal(_no_warnings(lambda: layer.forward(x32)), [0, 0, np.inf, x32[3]])
+        np.testing.assert_array_equal(_no_warnings(lambda g=layer: g.forward(x32)), [0, 0, np.inf, x32[3]])
         np.testing.assert_array_equal(layer.backward(np.ones(4, np.float32)), [0, 0, 1, 1])
 
 
@@ -247,7 +247,7 @@ def test_scaling_dict_edge_cases_name_the_key():
     with pytest.raises(ValueError, match="original_max_position_embeddings L0 = 1"):
         rope.inv_freq(4, scaling=longrope, max_position_embeddings=8)
     # with an explicit attention factor L0 = 1 is fine
-    inv, factor = rope.inv_freq(4, scaling={**longrope, "attention_factor": 1.5}, max_position_embeddings=8)
+    _, factor = rope.inv_freq(4, scaling={**longrope, "attention_factor": 1.5}, max_position_embeddings=8)
     assert factor == 1.5
     with pytest.raises(ValueError, match="seq_len must be an integer <= 9007199254740992"):
         rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2}, seq_len=10**300, max_position_embeddings=10)
@@ -323,3 +323,44 @@ def test_gradcheck_and_assert_golden_validate_their_arguments():
     assert_golden(exact, case)
     with pytest.raises(TypeError, match=r"betas must be a pair \(beta1, beta2\), got 0.9"):  # was 'has no len()'
         Adam({"w": np.zeros(2)}, betas=0.9)
+
+
+# ------------------------------------------------------------------ found by the hypothesis sweep
+
+
+def test_sweep_findings_stay_fixed():
+    """Each of these escaped as a non-ValueError/TypeError, a warning, or a silently wrong result."""
+    from posenc_np import optim
+    from posenc_np.study import LagTask
+
+    table = absolute.LearnedPositionalEmbedding(4, 2, seed=0)
+    table.forward(np.array([0, 1]))
+    with pytest.raises(TypeError, match="dout must hold integers or floats"):  # imaginary part was discarded
+        table.backward(np.ones((2, 2), complex))
+    with pytest.raises(ValueError, match="dy must have the shape of fuse's output"):  # dy=1.0 broadcast silently
+        absolute.fuse_backward(1.0, np.ones((2, 3)), np.ones(3), "add")
+    with pytest.raises(ValueError, match="init_std=1e\\+308 gives"):  # inf weights after a cast warning
+        layers.Linear(2, 2, init_std=1e308)
+    with pytest.raises(ValueError, match="query positions"):  # a (2^31, 0) matrix allocated a 16 GiB arange
+        relative.t5_relative_positions(2**40, 0)
+    with pytest.raises(ValueError, match="max_relative_position must be an integer <= "):  # OverflowError
+        relative.shaw_relative_index(2, 2, 2**63)
+    with pytest.raises(ValueError, match="mscale"):  # inf attention factor
+        rope.yarn_get_mscale(2.0**31, 1e308)
+    assert math.isfinite(rope.yarn_correction_dim(1e-320, 64, 1e4, 4096))  # ratio overflowed to inf
+    with pytest.raises(ValueError, match="scale_base overflows"):  # RuntimeWarning overflow in divide
+        rope.xpos_scale(np.arange(3), 8, role="key", scale_base=1e-320)
+    with pytest.raises(TypeError, match=r"grads\['w'\] must be a float ndarray"):  # AttributeError
+        optim.clip_grad_norm({"w": 1}, 1.0)
+    with pytest.raises(TypeError, match="cache must be the dict"):  # AttributeError on a tampered cache
+        attention.backward(np.ones((1, 1, 2, 2)), {**_cache(), "q": None})
+    with pytest.raises(ValueError, match="task batch"):  # MemoryError
+        LagTask(3).sample(np.random.default_rng(0), 2**31)
+    with pytest.raises(ValueError, match="block parameters"):  # ran for minutes building 2^31 blocks
+        __import__("posenc_np.model", fromlist=["ModelConfig"]).ModelConfig(vocab_size=4, d_model=8, n_heads=2,
+                                                                               n_layers=2**31).validate()
+
+
+def _cache():
+    q = np.ones((1, 1, 2, 2))
+    return attention.forward(q, q, q)[1]

@@ -37,7 +37,8 @@ CALL = textwrap.dedent("""
 
 def _run(tmp_path: Path) -> list[tuple[int, int]]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    proc = subprocess.run([sys.executable, "-c", CALL], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", CALL], env=env, capture_output=True, text=True, timeout=300,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     return [tuple(map(int, line.split())) for line in proc.stdout.splitlines()]
 

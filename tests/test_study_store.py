@@ -15,10 +15,19 @@ import numpy as np
 import pytest
 
 from posenc_np import cli, study
-from posenc_np.study import CopyTask, LagTask, ReverseTask, StudyConfig, cell_id, grid, run_extrapolation
+from posenc_np.study import (
+    CopyTask,
+    LagTask,
+    ReverseTask,
+    StudyConfig,
+    cell_id,
+    grid,
+    run_extrapolation,
+)
 
-TINY = dict(encodings=["none", "alibi"], fusions=("add",), tasks=["copy", "lag"], train_len=2, alphabet=4, d_model=8,
-            n_heads=2, n_layers=1, d_ff=8, steps=2, batch_size=4, eval_sequences=4, eval_factors=(1, 2), jobs=1)
+TINY = {"encodings": ["none", "alibi"], "fusions": ("add",), "tasks": ["copy", "lag"], "train_len": 2, "alphabet": 4,
+        "d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 8, "steps": 2, "batch_size": 4, "eval_sequences": 4,
+        "eval_factors": (1, 2), "jobs": 1}
 
 
 def _strip(records):

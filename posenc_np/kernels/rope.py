@@ -62,7 +62,13 @@ import numba
 import numpy as np
 from numba import uint64
 
-from .._checks import as_float_array, as_positions, check_angles, check_choice, check_real
+from .._checks import (
+    as_float_array,
+    as_positions,
+    check_angles,
+    check_choice,
+    check_real,
+)
 from ..rope import LAYOUTS, _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 

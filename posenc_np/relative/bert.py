@@ -35,9 +35,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_alloc, check_choice, check_int, check_real
-from .._util import scatter_add_rows
-from ..attention import Hook
+from .._checks import (
+    as_float_array,
+    check_alloc,
+    check_choice,
+    check_int,
+    check_lengths,
+    check_real,
+)
+from .._util import normal_init, scatter_add_rows
+from ..attention import Hook, check_hook_args
 
 __all__ = [
     "BertRelativeKey",
@@ -51,9 +58,7 @@ MODES = ("relative_key", "relative_key_query")
 
 def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
     r"""``(q_len, k_len)`` int64 :math:`\delta_{ij} = (i + k_{len} - q_{len}) - j` (query - key, unclipped)."""
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
-    check_alloc((q_len, k_len), np.int64, "relative distances (q_len, k_len)")
+    q_len, k_len = check_lengths(q_len, k_len, "relative distances (q_len, k_len)")
     return (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len)) - np.arange(k_len, dtype=np.int64)[None, :]
 
 
@@ -161,8 +166,10 @@ class BertRelativeKey(Hook):
         self.head_dim = check_int(head_dim, "head_dim", minimum=1)
         self.mode = check_choice(mode, "mode", MODES)
         init_std = check_real(init_std, "init_std", nonnegative=True)
+        shape = check_alloc((2 * self.max_position_embeddings - 1, self.head_dim), np.float64,
+                            "distance table (2 * max_position_embeddings - 1, head_dim)")
         rng = np.random.default_rng(seed)
-        self.params = {"weight": rng.normal(0.0, init_std, size=(2 * self.max_position_embeddings - 1, self.head_dim))}
+        self.params = {"weight": normal_init(rng, init_std, shape)}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
 
     def _weight(self) -> np.ndarray:
@@ -174,6 +181,7 @@ class BertRelativeKey(Hook):
 
     def logits(self, q, k, scale):
         """Hook: ``s (q_i . r_ij [+ k_j . r_ij])`` with the attention scale ``s``."""
+        q, k, scale = check_hook_args(q, k, scale)
         term = bert_relative_scores(q, k, self._weight(), mode=self.mode, scale=scale)
         return term.astype(q.dtype, copy=False), (q, k, scale)
 

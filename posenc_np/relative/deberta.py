@@ -49,9 +49,17 @@ import math
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_alloc, check_choice, check_int, check_real
-from .._util import scatter_add_rows
-from ..attention import Hook
+from .._checks import (
+    as_float_array,
+    as_int_array,
+    check_alloc,
+    check_choice,
+    check_int,
+    check_lengths,
+    check_real,
+)
+from .._util import normal_init, scatter_add_rows
+from ..attention import Hook, check_hook_args
 
 __all__ = [
     "DebertaDisentangled",
@@ -173,13 +181,11 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
     -------
     ndarray of int64, shape ``(q_len, k_len)``
     """
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
+    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
     bucket_size = check_int(bucket_size, "bucket_size")
     max_position = check_int(max_position, "max_position")
     offset = k_len - q_len if query_offset is None else check_int(query_offset, "query_offset", minimum=-2**53,
                                                                                    maximum=2**53)
-    check_alloc((q_len, k_len), np.int64, "relative positions (q_len, k_len)")
     if bucket_size != -1 and bucket_size < 2:
         raise ValueError(f"bucket_size must be -1 (no buckets) or >= 2, got {bucket_size}")
     if max_position != -1 and max_position < 1:
@@ -324,13 +330,14 @@ class DebertaDisentangled(Hook):
         self.p2c_index = check_choice(p2c_index, "p2c_index", P2C_INDEX)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
+        shape = check_alloc((self.num_heads, 2 * self.span, self.head_dim), np.float64,
+                            "relative tables (num_heads, 2 * span, head_dim)")
         rng = np.random.default_rng(seed)
-        shape = (self.num_heads, 2 * self.span, self.head_dim)
         self.params = {}
         if "c2p" in self.pos_att_type:
-            self.params["pos_key"] = rng.normal(0.0, init_std, size=shape)
+            self.params["pos_key"] = normal_init(rng, init_std, shape)
         if "p2c" in self.pos_att_type:
-            self.params["pos_query"] = rng.normal(0.0, init_std, size=shape)
+            self.params["pos_query"] = normal_init(rng, init_std, shape)
         self.grads = {key: np.zeros_like(val) for key, val in self.params.items()}
 
     def relative_positions(self, q_len: int, k_len: int) -> np.ndarray:
@@ -361,6 +368,7 @@ class DebertaDisentangled(Hook):
 
     def logits(self, q, k, scale):
         """Return ``scale * (c2p + p2c)`` (the enabled terms), shape ``(..., H, q_len, k_len)``."""
+        q, k, scale = check_hook_args(q, k, scale)
         self._check(q, k)
         q_len, k_len = q.shape[-2], k.shape[-2]
         c2p_idx, p2c_idx = self.indices(q_len, k_len)

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_alloc, check_int, check_real
-from .._util import scatter_add_rows
-from ..attention import Hook
+from .._checks import as_float_array, check_alloc, check_int, check_lengths, check_real
+from .._util import normal_init, scatter_add_rows
+from ..attention import Hook, check_hook_args
 
 __all__ = [
     "ShawRelativeAttention",
@@ -61,10 +61,8 @@ def shaw_relative_index(q_len: int, k_len: int, max_relative_position: int) -> n
         Clipping distance :math:`K \ge 0` (the paper's ablation includes :math:`K = 0`, where
         every pair shares one vector).
     """
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
-    kmax = check_int(max_relative_position, "max_relative_position", minimum=0)
-    check_alloc((q_len, k_len), np.int64, "relative index (q_len, k_len)")
+    q_len, k_len = check_lengths(q_len, k_len, "relative index (q_len, k_len)")
+    kmax = check_int(max_relative_position, "max_relative_position", minimum=0, maximum=2**62)
     rel = np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
     return np.clip(rel, -kmax, kmax) + kmax
 
@@ -195,11 +193,13 @@ class ShawRelativeAttention(Hook):
             raise TypeError(f"use_values must be a bool, got {type(use_values).__name__} {use_values!r}")
         self.use_values = bool(use_values)
         init_std = check_real(init_std, "init_std", nonnegative=True)
-        rng = np.random.default_rng(seed)
         rows = 2 * self.max_relative_position + 1
-        self.params = {"key": rng.normal(0.0, init_std, size=(rows, self.head_dim))}
+        check_alloc((rows, max(self.head_dim, self.value_dim)), np.float64,
+                    "relative tables (2 * max_relative_position + 1, dim)")
+        rng = np.random.default_rng(seed)
+        self.params = {"key": normal_init(rng, init_std, (rows, self.head_dim))}
         if self.use_values:
-            self.params["value"] = rng.normal(0.0, init_std, size=(rows, self.value_dim))
+            self.params["value"] = normal_init(rng, init_std, (rows, self.value_dim))
         self.grads = {name: np.zeros_like(p) for name, p in self.params.items()}
 
     def _table(self, name: str, width: int) -> np.ndarray:
@@ -212,6 +212,7 @@ class ShawRelativeAttention(Hook):
     # -- attention hook ------------------------------------------------------------------
     def logits(self, q, k, scale):
         """Hook: ``s * q_i . wK[idx_ij]`` for ``q`` ``(..., heads, q_len, head_dim)``."""
+        q, k, scale = check_hook_args(q, k, scale)
         table = self._table("key", self.head_dim)
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"q must have last axis head_dim={self.head_dim}, got shape {q.shape}")
@@ -230,6 +231,7 @@ class ShawRelativeAttention(Hook):
         """Hook: ``sum_j p_ij wV[idx_ij]``, ``(..., heads, q_len, value_dim)`` (nothing without values)."""
         if not self.use_values:
             return None, None
+        probs = as_float_array(probs, "probs", ndim_min=2)
         table = self._table("value", self.value_dim)
         return shaw_values(probs, table).astype(probs.dtype, copy=False), probs
 

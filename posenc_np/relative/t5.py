@@ -53,9 +53,16 @@ import math
 
 import numpy as np
 
-from .._checks import as_float_array, as_int_array, check_alloc, check_int, check_real
-from .._util import scatter_add_rows, sum_to_shape
-from ..attention import Hook
+from .._checks import (
+    as_float_array,
+    as_int_array,
+    check_alloc,
+    check_int,
+    check_lengths,
+    check_real,
+)
+from .._util import normal_init, scatter_add_rows, sum_to_shape
+from ..attention import Hook, check_hook_args
 
 __all__ = [
     "T5RelativeBias",
@@ -95,7 +102,7 @@ def _check_bucket_config(num_buckets, max_distance, bidirectional) -> tuple[int,
         raise ValueError(
             f"num_buckets must be even when bidirectional=True (the two directions get num_buckets // 2 "
             f"buckets each, so bucket {num_buckets - 1} could never be used), got {num_buckets}")
-    max_distance = check_int(max_distance, "max_distance")
+    max_distance = check_int(max_distance, "max_distance", maximum=2**62)
     half = num_buckets // 2 if bidirectional else num_buckets
     exact = half // 2
     if max_distance <= exact:
@@ -168,9 +175,7 @@ def t5_relative_positions(q_len: int, k_len: int) -> np.ndarray:
     Queries are aligned to the last ``q_len`` key positions, as in the attention core's causal
     mask; for ``q_len == k_len`` this is simply :math:`j - i`.
     """
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
-    check_alloc((q_len, k_len), np.int64, "relative positions (q_len, k_len)")
+    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
     return np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
 
 
@@ -259,8 +264,9 @@ class T5RelativeBias(Hook):
         self.num_buckets, self.max_distance, self.bidirectional = _check_bucket_config(
             num_buckets, max_distance, bidirectional)
         init_std = check_real(init_std, "init_std", nonnegative=True)
+        check_alloc((self.num_buckets, self.num_heads), np.float64, "bias table (num_buckets, num_heads)")
         rng = np.random.default_rng(seed)
-        self.params = {"weight": rng.normal(0.0, init_std, size=(self.num_buckets, self.num_heads))}
+        self.params = {"weight": normal_init(rng, init_std, (self.num_buckets, self.num_heads))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
 
     def _weight(self) -> np.ndarray:
@@ -292,6 +298,7 @@ class T5RelativeBias(Hook):
     # -- attention hook ------------------------------------------------------------------
     def logits(self, q, k, scale):
         """Hook: the bias (cast to ``q``'s dtype), not multiplied by ``scale``."""
+        q, k, scale = check_hook_args(q, k, scale)
         if q.shape[-3] != self.num_heads:
             raise ValueError(f"q must be (..., num_heads={self.num_heads}, q_len, d) for this T5RelativeBias, "
                              f"got shape {q.shape}")

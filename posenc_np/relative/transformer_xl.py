@@ -33,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from .._checks import as_float_array, check_alloc, check_int, check_real
+from .._util import normal_init
 from ..absolute import sinusoidal
-from ..attention import Hook
+from ..attention import Hook, check_hook_args
 
 __all__ = ["TransformerXLRelative", "rel_shift", "rel_shift_backward", "txl_relative_sinusoid"]
 
@@ -107,7 +108,7 @@ def txl_relative_sinusoid(k_len: int, dim: int, *, base: float = 10000.0, clamp_
     check_alloc((k_len,), np.int64, "relative distances (k_len,)")  # (the sinusoid checks k_len x dim)
     dist = np.arange(k_len - 1, -1, -1, dtype=np.int64)
     if clamp_len is not None:
-        clamp_len = check_int(clamp_len, "clamp_len", minimum=1)
+        clamp_len = check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
         dist = np.minimum(dist, clamp_len)
     return sinusoidal(dist, dim, base=base, layout="concat")
 
@@ -163,15 +164,16 @@ class TransformerXLRelative(Hook):
         if self.d_model_r % 2:
             raise ValueError(f"d_model_r must be even (sin and cos halves), got {self.d_model_r}")
         self.base = check_real(base, "base", positive=True)
-        self.clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1)
+        self.clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
         txl_relative_sinusoid(1, self.d_model_r, base=self.base)  # validates base
         init_std = check_real(init_std, "init_std", nonnegative=True)
+        check_alloc((self.d_model_r, self.num_heads * self.head_dim), np.float64, "W_r (d_model_r, num_heads * head_dim)")
         rng = np.random.default_rng(seed)
         h, d = self.num_heads, self.head_dim
         self.params = {
-            "u": rng.normal(0.0, init_std, size=(h, d)),
-            "v": rng.normal(0.0, init_std, size=(h, d)),
-            "W_r": rng.normal(0.0, init_std, size=(self.d_model_r, h * d)),
+            "u": normal_init(rng, init_std, (h, d)),
+            "v": normal_init(rng, init_std, (h, d)),
+            "W_r": normal_init(rng, init_std, (self.d_model_r, h * d)),
         }
         self.grads = {key: np.zeros_like(val) for key, val in self.params.items()}
 
@@ -190,6 +192,7 @@ class TransformerXLRelative(Hook):
 
     def logits(self, q, k, scale):
         """Return ``scale * (u.k_j + rel_shift((q + v) r^T))``, shape ``(..., H, q_len, k_len)``."""
+        q, k, scale = check_hook_args(q, k, scale)
         self._check(q, k)
         dtype = q.dtype
         big_r, r = self.relative_keys(k.shape[-2])
