@@ -33,10 +33,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc_np import absolute, alibi, attention, kernels, layers, optim, relative, rope, study
+from posenc_np import (
+    absolute,
+    alibi,
+    attention,
+    kernels,
+    layers,
+    optim,
+    relative,
+    rope,
+    study,
+)
+from posenc_np.model import ModelConfig, Transformer
 from posenc_np.testing import gradcheck
 from posenc_np.train import evaluate
-from posenc_np.model import ModelConfig, Transformer
 
 RNG = np.random.default_rng(0)
 
@@ -496,7 +506,7 @@ def _check(entry: Entry, kw: dict) -> None:
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
-@settings(max_examples=int(os.environ.get("SWEEP_EXAMPLES", 15)))
+@settings(max_examples=int(os.environ.get("SWEEP_EXAMPLES", "15")))
 @given(data=st.data())
 def test_hostile_arguments_are_refused_or_handled(entry, data):
     names = [n for n in entry.args if n not in entry.fixed]
