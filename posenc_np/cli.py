@@ -2,27 +2,35 @@
 
 Subcommands::
 
-    posenc-np golden generate --out DIR [--format json|npz|both] [--only NAME ...]
-    posenc-np golden verify DIR
-    posenc-np golden list
+    posenc-np golden generate --out DIR [--force | --update] [--format json|npz|both] [--only NAME ...]
+    posenc-np golden verify DIR [--oracle] [--allow-unknown]
+    posenc-np golden list [--only NAME ...]
     posenc-np study extrapolation --out DIR [--quick]
+
+Errors in arguments, paths or the environment print one ``posenc-np: error: ...`` line on
+stderr and exit with status 2; a closed output pipe (``posenc-np golden list | head``) ends
+the program quietly with status 141, as a Unix tool killed by SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from ._version import __version__
+from .golden.safe_io import printable as _printable
 
 
 def _golden_generate(args) -> int:
     from .golden import runner
 
     formats = ("json", "npz") if args.format == "both" else (args.format,)
+    mode = "force" if args.force else "update" if args.update else "new"
     progress = None if args.quiet else (lambda name: print(f"  oracle: {name}", file=sys.stderr))
-    rows = runner.generate(args.out, formats=formats, only=args.only, progress=progress)
-    print(f"wrote {len(rows)} cases ({', '.join(formats)}) to {args.out}; library float64 vs oracle:")
+    rows = runner.generate(args.out, formats=formats, only=args.only, mode=mode, progress=progress)
+    print(f"wrote {len(rows)} cases ({', '.join(formats)}) to {_printable(args.out)}; library float64 vs oracle:")
     print(runner.format_table(rows))
     return 0 if all(r.ok for r in rows) else 1
 
@@ -30,10 +38,16 @@ def _golden_generate(args) -> int:
 def _golden_verify(args) -> int:
     from .golden import runner
 
-    rows = runner.verify(args.dir)
-    print(f"verifying {args.dir}: schema, checksums, JSON/NPZ agreement, index, library recomputation")
+    rows = runner.verify(args.dir, oracle=args.oracle)
+    print(f"verifying {_printable(args.dir)}: manifest and SHA-256 of every file, format, catalogue parameters "
+          f"and tolerances, library recomputation{', oracle bit-equality' if args.oracle else ''}")
     print(runner.format_table(rows))
-    return 0 if all(r.ok for r in rows) else 1
+    unknown = sum(r.status == runner.UNKNOWN for r in rows)
+    if unknown and not args.allow_unknown:
+        print(f"{unknown} cases are unknown to this library's catalogue and were checked for format only; "
+              "the exit status is 1 unless --allow-unknown is given")
+    accepted = {runner.PASS, runner.UNKNOWN} if args.allow_unknown else {runner.PASS}
+    return 0 if all(r.status in accepted for r in rows) else 1
 
 
 def _golden_list(args) -> int:
@@ -62,17 +76,35 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Golden test vectors computed by an mpmath oracle (>= 50 digits).")
     gsub = golden.add_subparsers(dest="golden_command", required=True)
     gen = gsub.add_parser("generate", help="evaluate the oracle and write the suite",
-                          description="Evaluate every case with the mpmath oracle, round once to float64, "
-                                      "write case files plus index.json, and report the library's error.")
-    gen.add_argument("--out", required=True, help="output directory (created if missing)")
+                          description="Evaluate every case with the mpmath oracle, round once to float64, and "
+                                      "write case files, index.json and SHA256SUMS (each file to a temporary "
+                                      "name, then renamed into place), then report the library's error. "
+                                      "Refuses a non-empty --out unless --force or --update.")
+    gen.add_argument("--out", required=True,
+                     help="output directory: created if missing; must be empty unless --force or --update")
+    mode = gen.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true",
+                      help="replace the suite in --out (only a suite written by posenc-np: its index.json "
+                           "and nothing but the files it lists)")
+    mode.add_argument("--update", action="store_true",
+                      help="add or replace the selected cases in the version-2 suite in --out, keep the others "
+                           "(also finishes cases an interrupted run left pending)")
     gen.add_argument("--format", choices=("json", "npz", "both"), default="both", help="file format(s)")
     gen.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns (e.g. 'rope.*')")
     gen.add_argument("--quiet", action="store_true", help="do not print per-case progress")
     gen.set_defaults(func=_golden_generate)
-    ver = gsub.add_parser("verify", help="check a suite: schema, checksums, recomputation",
-                          description="Validate every case file in DIR (schema, SHA-256, JSON/NPZ agreement, "
-                                      "index.json) and recompute it with the library. Exit code 1 on any failure.")
-    ver.add_argument("dir", help="directory holding case files")
+    ver = gsub.add_parser("verify", help="check a suite against the catalogue and the library",
+                          description="Check DIR: index.json lists exactly the files present with their SHA-256 "
+                                      "(and SHA256SUMS agrees), every file follows the format within its limits, "
+                                      "every case the catalogue knows has the catalogue's parameters, inputs and "
+                                      "tolerance, and the library reproduces its outputs within that tolerance. "
+                                      "Exit status 1 on any failure, and on cases unknown to the catalogue "
+                                      "(checked for format only) unless --allow-unknown.")
+    ver.add_argument("dir", help="directory holding a golden suite")
+    ver.add_argument("--oracle", action="store_true",
+                     help="also recompute the mpmath oracle and require the stored outputs bit for bit")
+    ver.add_argument("--allow-unknown", action="store_true",
+                     help="exit 0 even if some cases are unknown to the catalogue (they are still reported)")
     ver.set_defaults(func=_golden_verify)
     lst = gsub.add_parser("list", help="list the cases in the catalogue",
                           description="List catalogue case names, encodings and descriptions.")
@@ -94,12 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 a check failed, 2 an error)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"posenc-np: error: {exc}", file=sys.stderr)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
+        return status
+    except BrokenPipeError:
+        # the reader went away (``| head``): stop quietly, and keep the interpreter's final
+        # flush from reporting the same broken pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except (ValueError, OSError) as exc:
+        print(f"posenc-np: error: {_printable(exc)}", file=sys.stderr)
         return 2
 
 

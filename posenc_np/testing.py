@@ -3,8 +3,8 @@
 ``gradcheck``
     float64 central-difference check of a hand-written backward pass.
 ``load_case`` / ``assert_golden``
-    read one golden case file (JSON or NPZ, validated and checksum-verified) and compare an
-    implementation's outputs against it with the case's own tolerance.
+    read one golden case file (JSON or NPZ, validated against its index and the catalogue)
+    and compare an implementation's outputs against it with the case's own tolerance.
 
 Example (another project testing its RoPE against our vectors)::
 
@@ -196,7 +196,12 @@ class GoldenCase:
 
 
 def load_case(path) -> GoldenCase:
-    """Load one ``.json`` or ``.npz`` golden case, validating its schema and checksum.
+    """Load one ``.json`` or ``.npz`` golden case (format v1 or v2), validated.
+
+    The file must follow the format within its limits; if its directory holds an
+    ``index.json``, it must be listed there with its digest; if the library's catalogue knows
+    the case, its parameters, inputs and tolerance must be the catalogue's.
+    ``GoldenCase.sha256`` is the SHA-256 of the file's bytes.
 
     Raises
     ------
@@ -204,13 +209,13 @@ def load_case(path) -> GoldenCase:
         (a ``ValueError``) naming the file and the problem, for malformed, tampered or
         pickled content. Nothing in the file is executed or unpickled.
     """
-    from .golden import format as fmt
+    from .golden import format as fmt, runner
 
-    doc = fmt.read_case_file(path)
+    doc, digest = runner.load_case_file(path)
     return GoldenCase(
         name=doc["name"], encoding=doc["encoding"], params=doc["params"], conventions=doc["conventions"],
         inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerance=doc["tolerance"],
-        sha256=doc["sha256"], document=doc,
+        sha256=digest, document=doc,
     )
 
 

@@ -3,16 +3,22 @@
 Family modules are discovered by name (sorted), so adding a family is adding a file.
 Importing this module imports neither mpmath nor the families; :func:`encodings` and
 :func:`cases` do.
+
+The catalogue is also what a suite is trusted against: for a case name it knows,
+:func:`expected_fields` gives every field of the case document except its outputs (and the
+informational ``library_version``), computed here and never read from a file.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import json
 import pkgutil
-from functools import lru_cache
+from functools import cache
 
-from .spec import CaseSpec, Encoding
+from . import format as fmt
+from .spec import ORACLE, CaseSpec, Encoding
 
 
 def family_modules() -> list[str]:
@@ -21,7 +27,7 @@ def family_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(golden.__path__) if m.name.startswith("cases_"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def encodings() -> dict[str, Encoding]:
     """All registered encodings by name."""
     table: dict[str, Encoding] = {}
@@ -54,3 +60,25 @@ def cases(only=None) -> list[CaseSpec]:
             raise ValueError(f"--only patterns matched no case: {unmatched}")
         result = [s for s in result if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
     return result
+
+
+@cache
+def by_name() -> dict[str, CaseSpec]:
+    """Every case spec by name (built once per process; specs are read-only)."""
+    return {s.name: s for s in cases()}
+
+
+def document_fields(spec: CaseSpec) -> dict:
+    """The case-document fields a spec determines, as JSON values (everything but outputs)."""
+    return json.loads(json.dumps({
+        "name": spec.name, "encoding": spec.encoding, "description": spec.description, "params": spec.params,
+        "conventions": spec.conventions, "inputs": {k: fmt.array_to_json(v) for k, v in spec.inputs.items()},
+        "dtype": "float64", "tolerance": spec.tolerance, "oracle": ORACLE,
+    }, allow_nan=False))
+
+
+@cache
+def expected_fields(name: str) -> dict | None:
+    """:func:`document_fields` of the catalogue case ``name``, or ``None`` for an unknown name."""
+    spec = by_name().get(name)
+    return None if spec is None else document_fields(spec)
