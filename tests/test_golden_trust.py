@@ -162,6 +162,14 @@ def test_wrong_index_schema_and_version(suite):
         assert bad[0].case == "index.json" and message in bad[0].problem
 
 
+def test_an_empty_suite_fails(tmp_path):
+    index = fmt.Index(2)
+    data = fmt.index_bytes(index)
+    (tmp_path / "index.json").write_bytes(data)
+    (tmp_path / "SHA256SUMS").write_bytes(fmt.sums_bytes(index, data))
+    assert "lists no cases" in problems(tmp_path)
+
+
 def test_duplicated_name_in_index(suite):
     index = json.loads((suite / "index.json").read_text())
     index["cases"].append(index["cases"][0])

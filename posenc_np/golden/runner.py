@@ -406,6 +406,8 @@ def _verify_dir(dir_fd: int, oracle: bool, known) -> list[Row]:
         return [Row(INDEX, problems=[str(exc)])] + [
             Row(n, problems=[f"{n}: not checked (no valid {INDEX} lists it)"]) for n in sorted(entries) if n != INDEX]
     rows = [_verify_case(dir_fd, entries, entry, index.version, oracle, known) for entry in index.cases.values()]
+    if not index.cases and not index.pending:
+        rows.append(Row(INDEX, problems=[f"{INDEX}: lists no cases (an empty suite checks nothing)"]))
     rows += [Row(name, problems=[(f"{INDEX} lists it as pending: the generate run that planned it was "
                                   "interrupted before writing it (rerun generate with --update)")])
              for name in index.pending]
