@@ -9,6 +9,8 @@ import tracemalloc
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from posenc_np.golden import catalogue, runner
 from posenc_np.golden import format as fmt
 
@@ -26,6 +28,20 @@ def make_small_suite(path: Path, formats=("json", "npz")) -> Path:
 def copy_suite(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst
+
+
+# Fixtures, imported by the test modules that use them.
+
+@pytest.fixture(scope="module")
+def small_suite(tmp_path_factory):
+    """The SMALL cases, JSON + NPZ, generated once per module (tests must not modify it)."""
+    return make_small_suite(tmp_path_factory.mktemp("golden") / "suite")
+
+
+@pytest.fixture
+def suite(small_suite, tmp_path):
+    """A private copy of the small suite, to edit."""
+    return copy_suite(small_suite, tmp_path / "s")
 
 
 def bad_rows(directory, **kwargs) -> list[runner.Row]:

@@ -7,22 +7,20 @@ import shutil
 import subprocess
 import zipfile
 
+import _golden_util
 import numpy as np
 import pytest
-from _golden_util import ONE, REPO, SMALL, case_doc, copy_suite, make_small_suite
+from _golden_util import ONE, REPO, SMALL, case_doc, copy_suite
 
 from posenc_np.golden import catalogue, runner
 from posenc_np.golden import format as fmt
 from posenc_np.golden.spec import ORACLE_DIGITS, finish_oracle_output
 from posenc_np.testing import assert_golden, load_case
 
+small_suite = _golden_util.small_suite  # fixture
+
 V1 = REPO / "vectors" / "v1"
 V2 = REPO / "vectors" / "v2"
-
-
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    return make_small_suite(tmp_path_factory.mktemp("golden") / "suite")
 
 
 def test_generated_suite_verifies(small_suite):

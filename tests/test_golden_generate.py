@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _golden_util
 import pytest
 from _golden_util import (
     ONE,
@@ -24,12 +25,9 @@ from posenc_np import _version, cli
 from posenc_np.golden import catalogue, runner, safe_io
 from posenc_np.golden import format as fmt
 
+small_suite = _golden_util.small_suite  # fixture
+
 SMALL_NAMES = sorted(s.name for s in catalogue.cases(SMALL))
-
-
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    return make_small_suite(tmp_path_factory.mktemp("golden") / "suite")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import struct
 import zipfile
 from contextlib import contextmanager
 
+import _golden_util
 import numpy as np
 import pytest
 from _golden_util import (
@@ -19,7 +20,6 @@ from _golden_util import (
     bounded,
     case_doc,
     copy_suite,
-    make_small_suite,
     reseal,
     rewrite_case,
 )
@@ -27,17 +27,10 @@ from _golden_util import (
 from posenc_np.golden import format as fmt
 from posenc_np.golden import runner, safe_io
 
+small_suite = _golden_util.small_suite  # fixture
+suite = _golden_util.suite  # fixture
+
 JSON, NPZ = f"{ONE}.json", f"{ONE}.npz"
-
-
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    return make_small_suite(tmp_path_factory.mktemp("golden") / "suite")
-
-
-@pytest.fixture
-def suite(small_suite, tmp_path):
-    return copy_suite(small_suite, tmp_path / "s")
 
 
 @contextmanager

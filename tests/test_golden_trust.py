@@ -5,6 +5,7 @@ that any accidental or deliberate edit is reported."""
 import json
 import random
 
+import _golden_util
 import numpy as np
 import pytest
 from _golden_util import (
@@ -12,7 +13,6 @@ from _golden_util import (
     bad_rows,
     case_doc,
     copy_suite,
-    make_small_suite,
     problems,
     reseal,
     rewrite_case,
@@ -25,15 +25,8 @@ from posenc_np.golden import format as fmt
 from posenc_np.golden import runner
 from posenc_np.golden.spec import CaseSpec
 
-
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    return make_small_suite(tmp_path_factory.mktemp("golden") / "suite")
-
-
-@pytest.fixture
-def suite(small_suite, tmp_path):
-    return copy_suite(small_suite, tmp_path / "s")
+small_suite = _golden_util.small_suite  # fixture
+suite = _golden_util.suite  # fixture
 
 
 # --------------------------------------------------------------------------- trust from the catalogue
