@@ -5,7 +5,7 @@ Importing this module imports neither mpmath nor the families; :func:`encodings`
 :func:`cases` do.
 
 The catalogue is also what a suite is trusted against: for a case name it knows,
-:func:`expected_fields` gives every field of the case document except its outputs (and the
+:func:`document_fields` gives every field of the case document except its outputs (and the
 informational ``library_version``), computed here and never read from a file.
 """
 
@@ -76,9 +76,3 @@ def document_fields(spec: CaseSpec) -> dict:
         "dtype": "float64", "tolerance": spec.tolerance, "oracle": ORACLE,
     }, allow_nan=False))
 
-
-@cache
-def expected_fields(name: str) -> dict | None:
-    """:func:`document_fields` of the catalogue case ``name``, or ``None`` for an unknown name."""
-    spec = by_name().get(name)
-    return None if spec is None else document_fields(spec)
