@@ -182,7 +182,11 @@ def gradcheck_hook(hook, q, k, v, *, causal: bool = False, scale=None, mask=None
 
 @dataclass(frozen=True)
 class GoldenCase:
-    """A validated golden case: metadata plus its arrays as NumPy arrays."""
+    """A validated golden case: metadata plus its arrays as NumPy arrays.
+
+    ``tolerances`` maps dtype names (``"float64"``, and for version-2 cases usually
+    ``"float32"``, ``"bfloat16"``, ``"float16"``) to ``{"abs", "rel"}``.
+    """
 
     name: str
     encoding: str
@@ -190,9 +194,14 @@ class GoldenCase:
     conventions: dict
     inputs: dict
     outputs: dict
-    tolerance: dict
+    tolerances: dict
     sha256: str
     document: dict
+
+    @property
+    def tolerance(self) -> dict:
+        """The float64 tolerance."""
+        return self.tolerances["float64"]
 
 
 def load_case(path) -> GoldenCase:
@@ -200,7 +209,8 @@ def load_case(path) -> GoldenCase:
 
     The file must follow the format within its limits; if its directory holds an
     ``index.json``, it must be listed there with its digest; if the library's catalogue knows
-    the case, its parameters, inputs and tolerance must be the catalogue's.
+    the case, its parameters, inputs and tolerances must be the catalogue's (a version-1 file
+    must be one of the published ones).
     ``GoldenCase.sha256`` is the SHA-256 of the file's bytes.
 
     Raises
@@ -212,15 +222,16 @@ def load_case(path) -> GoldenCase:
     from .golden import format as fmt, runner
 
     doc, digest = runner.load_case_file(path)
+    tolerances = doc["tolerances"] if "tolerances" in doc else {"float64": doc["tolerance"]}
     return GoldenCase(
         name=doc["name"], encoding=doc["encoding"], params=doc["params"], conventions=doc["conventions"],
-        inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerance=doc["tolerance"],
+        inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerances=tolerances,
         sha256=digest, document=doc,
     )
 
 
-def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) -> None:
-    """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance.
+def assert_golden(actual, case: GoldenCase, *, dtype: str = "float64", tolerance: dict | None = None) -> None:
+    """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance for ``dtype``.
 
     Parameters
     ----------
@@ -228,9 +239,12 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
         A single array is accepted when the case has exactly one output.
     case : GoldenCase
         From :func:`load_case`.
+    dtype : str
+        Which of the case's ``tolerances`` applies: the precision ``actual`` was computed in
+        (``"float64"``, ``"float32"``, ``"bfloat16"``, ``"float16"``). A ``KeyError`` names the
+        dtypes the case offers when it has none for ``dtype``.
     tolerance : dict, optional
-        ``{"abs": a, "rel": r}`` overriding the case's float64 tolerance (for example to test
-        a float32 implementation with a wider bound).
+        ``{"abs": a, "rel": r}`` overriding the case's tolerance.
     """
     from .golden.runner import compare
 
@@ -238,6 +252,10 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
         if len(case.outputs) != 1:
             raise TypeError(f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict")
         actual = {next(iter(case.outputs)): actual}
-    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance or case.tolerance)
+    if tolerance is None:
+        if dtype not in case.tolerances:
+            raise KeyError(f"case {case.name} has no {dtype} tolerance (it has {sorted(case.tolerances)})")
+        tolerance = case.tolerances[dtype]
+    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance)
     if problems:
-        raise AssertionError(f"golden case {case.name} (conventions {case.conventions}): " + "; ".join(problems))
+        raise AssertionError(f"golden case {case.name} ({dtype}; conventions {case.conventions}): " + "; ".join(problems))

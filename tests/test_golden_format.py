@@ -15,6 +15,7 @@ from _golden_util import ONE, REPO, SMALL, case_doc, copy_suite
 from posenc_np.golden import catalogue, runner
 from posenc_np.golden import format as fmt
 from posenc_np.golden.spec import ORACLE_DIGITS, finish_oracle_output
+from posenc_np.golden.v1_files import V1_FILES
 from posenc_np.testing import assert_golden, load_case
 
 small_suite = _golden_util.small_suite  # fixture
@@ -74,7 +75,15 @@ def test_regeneration_is_byte_identical(small_suite, tmp_path):
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.pop("tolerance"), "missing keys"),
+    (lambda d: d.pop("tolerances"), "missing keys"),
+    (lambda d: d.update(tolerance={"abs": 0.0, "rel": 0.0}), 'unknown keys "tolerance"'),
+    (lambda d: d["tolerances"].pop("float64"), 'must be an object with a "float64" entry'),
+    (lambda d: d["tolerances"].update(float8={"abs": 0.0, "rel": 0.0}), "key \"float8\" must be one of"),
+    (lambda d: d.update(reference_call=""), "reference_call must be a non-empty string"),
+    (lambda d: d.update(known_divergences=[{"implementation": "x", "description": "", "inputs": {}}]),
+     "known_divergences[0] is missing keys"),
+    (lambda d: d["params"].update(dim=(1 << 53) + 1), "params.dim = 9007199254740993 is outside the integer range"),
+    (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, (1 << 53) + 1), "is not a int64"),
     (lambda d: d.update(extra=1), 'unknown keys "extra"'),
     (lambda d: d.update(sha256="0" * 64), 'unknown keys "sha256"'),
     (lambda d: d["conventions"].pop("sign"), "conventions is missing keys"),
@@ -87,7 +96,7 @@ def test_regeneration_is_byte_identical(small_suite, tmp_path):
     (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, True), "is not a int64"),
     (lambda d: d["outputs"]["encoding"]["data"].__setitem__(0, (1 << 53) + 1), "is not a float64"),
     (lambda d: d["conventions"].update(layout="concat"), "disagrees with params.layout"),
-    (lambda d: d["tolerance"].update(abs=-1.0), "tolerance.abs must be a number >= 0"),
+    (lambda d: d["tolerances"]["float32"].update(abs=-1.0), "tolerances.float32.abs must be a number >= 0"),
     (lambda d: d["oracle"].update(precision_digits=15), "precision_digits must be an integer >= 50"),
     (lambda d: d.update(schema_version=3), "schema_version must be one of [1, 2]"),
     (lambda d: d.update(schema_version=True), "schema_version must be one of"),
@@ -206,12 +215,12 @@ def test_load_case_and_assert_golden(small_suite):
 def test_load_case_refuses_what_verify_refuses(small_suite, tmp_path):
     d = copy_suite(small_suite, tmp_path / "s")
     doc = case_doc(d)
-    doc["tolerance"]["abs"] = 1e300
+    doc["tolerances"]["float64"]["abs"] = 1e300
     (d / f"{ONE}.json").write_bytes(fmt.case_json_bytes(doc))
     with pytest.raises(fmt.GoldenFormatError, match="differs from the one in"):
         load_case(d / f"{ONE}.json")
     (d / "index.json").unlink()  # a lone file: the catalogue still knows the case
-    with pytest.raises(fmt.GoldenFormatError, match="tolerance differs from the catalogue"):
+    with pytest.raises(fmt.GoldenFormatError, match="tolerances differs from the catalogue"):
         load_case(d / f"{ONE}.json")
 
 
@@ -238,7 +247,9 @@ def test_oracle_rounds_once_to_nearest():
 def test_catalogue_names_are_unique_and_valid():
     specs = catalogue.cases()
     names = [s.name for s in specs]
-    assert len(names) == len(set(names)) == 89
+    assert len(names) == len(set(names))
+    committed = json.loads((V2 / "index.json").read_text())["cases"]
+    assert names == [c["name"] for c in sorted(committed, key=lambda c: names.index(c["name"]))]
     for s in specs:
         assert fmt.NAME_RE.match(s.name)
         assert set(s.conventions) == set(fmt.CONVENTION_KEYS)
@@ -251,10 +262,30 @@ def test_catalogue_names_are_unique_and_valid():
 
 
 def test_committed_v1_suite_still_verifies_bit_for_bit_against_the_oracle():
+    """Version 1 is trusted through the frozen digests of its published files, then checked on its own
+    parameters and tolerance against the library and bit for bit against the oracle."""
     rows = runner.verify(V1, oracle=True)
     assert len(rows) == 89 and all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
+    assert len(V1_FILES) == 178 and set(V1_FILES) == {p.name for p in V1.iterdir()} - {"index.json"}
+
+
+def test_an_edited_v1_file_is_not_trusted_even_with_its_checksums_recomputed(tmp_path):
+    d = copy_suite(V1, tmp_path / "v1")
+    doc = json.loads((d / f"{ONE}.json").read_text())
+    doc["tolerance"]["abs"] = 1e300
+    doc["outputs"]["encoding"]["data"][0] = 12345.0
+    doc["sha256"] = fmt.checksum_v1(doc)
+    (d / f"{ONE}.json").write_text(json.dumps(doc))
+    index = json.loads((d / "index.json").read_text())
+    next(c for c in index["cases"] if c["name"] == ONE)["sha256"] = doc["sha256"]
+    (d / "index.json").write_text(json.dumps(index))
+    bad = [r for r in runner.verify(d) if not r.ok]
+    assert [r.case for r in bad] == [ONE] and "not a published version-1 file" in bad[0].problem
+    with pytest.raises(fmt.GoldenFormatError, match="not a published version-1 file"):
+        load_case(d / f"{ONE}.json")
 
 
 def test_committed_v2_suite_verifies():
     rows = runner.verify(V2)
-    assert len(rows) == 89 and all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
+    assert len(rows) == len(catalogue.cases()) and all(r.ok for r in rows), \
+        runner.format_table([r for r in rows if not r.ok])

@@ -33,13 +33,13 @@ suite = _golden_util.suite  # fixture
 
 def test_huge_tolerance_garbage_outputs_and_recomputed_digests_fail(suite):
     doc = case_doc(suite)
-    doc["tolerance"]["abs"] = 1e300
+    doc["tolerances"]["float64"]["abs"] = 1e300
     out = doc["outputs"]["encoding"]
     out["data"] = [12345.0] * len(out["data"])
     rewrite_case(suite, doc)
     bad = bad_rows(suite)
     assert [r.case for r in bad] == [ONE]
-    assert "tolerance differs from the catalogue" in bad[0].problem
+    assert "tolerances differs from the catalogue" in bad[0].problem
     assert "values outside tolerance" in bad[0].problem  # judged within the catalogue's tolerance
 
 
@@ -119,8 +119,9 @@ def test_verify_against_a_custom_catalogue(small_suite):
     assert {r.status for r in rows} == {runner.UNKNOWN}
     def liar(name):
         spec = runner.catalogue.by_name()[name]
-        return CaseSpec(**{**spec.__dict__, "tolerance": {"abs": 0.0, "rel": 0.0}, "params": {**spec.params}})
-    assert any("tolerance differs" in r.problem for r in runner.verify(small_suite, known=liar))
+        return CaseSpec(**{**spec.__dict__, "tolerances": {"float64": {"abs": 0.0, "rel": 0.0}},
+                           "params": {**spec.params}})
+    assert any("tolerances differs" in r.problem for r in runner.verify(small_suite, known=liar))
 
 
 # --------------------------------------------------------------------------- the index is the manifest

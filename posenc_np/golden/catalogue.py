@@ -54,12 +54,20 @@ def cases(only=None) -> list[CaseSpec]:
                 raise RuntimeError(f"case {spec.name!r} names unknown encoding {spec.encoding!r}")
             seen.add(spec.name)
             result.append(spec)
-    if only:
-        unmatched = [p for p in only if not any(fnmatch.fnmatchcase(s.name, p) for s in result)]
-        if unmatched:
-            raise ValueError(f"--only patterns matched no case: {unmatched}")
-        result = [s for s in result if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
-    return result
+    return select(result, only)
+
+
+def select(specs: list[CaseSpec], only=None) -> list[CaseSpec]:
+    """The specs whose names match any of ``only`` (names or glob patterns); all when ``only`` is empty.
+
+    Raises ``ValueError`` naming the patterns that match nothing.
+    """
+    if not only:
+        return list(specs)
+    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(s.name, p) for s in specs)]
+    if unmatched:
+        raise ValueError(f"--only patterns matched no case: {unmatched}")
+    return [s for s in specs if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
 
 
 @cache
@@ -70,9 +78,14 @@ def by_name() -> dict[str, CaseSpec]:
 
 def document_fields(spec: CaseSpec) -> dict:
     """The case-document fields a spec determines, as JSON values (everything but outputs)."""
+    def arrays(group: dict) -> dict:
+        return {k: fmt.array_to_json(v) for k, v in group.items()}
+
     return json.loads(json.dumps({
         "name": spec.name, "encoding": spec.encoding, "description": spec.description, "params": spec.params,
-        "conventions": spec.conventions, "inputs": {k: fmt.array_to_json(v) for k, v in spec.inputs.items()},
-        "dtype": "float64", "tolerance": spec.tolerance, "oracle": ORACLE,
+        "conventions": spec.conventions, "inputs": arrays(spec.inputs), "dtype": "float64",
+        "tolerances": spec.tolerances, "error_model": spec.error_model, "reference_call": spec.reference_call,
+        "known_divergences": [{**d, "inputs": arrays(d["inputs"]), "outputs": arrays(d["outputs"])}
+                              for d in spec.known_divergences],
+        "oracle": ORACLE,
     }, allow_nan=False))
-

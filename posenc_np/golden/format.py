@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .safe_io import GoldenFormatError, parse_json, short
+from .tolerance import DTYPES as TOLERANCE_DTYPES
 
 __all__ = ["GoldenFormatError"]  # the rest is reached as ``fmt.<name>``
 
@@ -50,6 +51,7 @@ MAX_NDIM = 8                     #: dimensions of one array
 MAX_NPZ_MEMBERS = 64             #: members of one .npz
 MAX_ZIP_DIRECTORY_BYTES = 64 << 10  #: the zip central directory
 MAX_NPY_HEADER_BYTES = 4096      #: one .npy header
+MAX_DIVERGENCES = 16             #: known divergences listed in one case
 #: A member may inflate to at most this many times its compressed size, plus 64 KiB.
 MAX_COMPRESSION_RATIO = 200
 _RATIO_FREE_BYTES = 64 << 10
@@ -63,8 +65,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 _FILE_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*\.(json|npz)$")
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-_EXACT_FLOAT_INT = 1 << 53
+#: Largest integer magnitude anywhere in a case (int64 arrays, integers in params, integer
+#: literals in float arrays): every value is then exact in a double, so a JavaScript reader
+#: (or any reader parsing JSON numbers as doubles) recovers it.
+MAX_EXACT_INT = 1 << 53
 #: Fixed timestamp for NPZ members, so that regenerating a suite is byte-identical.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -170,11 +174,11 @@ def array(v, path):
             _fail(f"{path}.data", f"value {short(x, 40)} is not a {name}")
 
 
-#: Which JSON values an array of each dtype may hold (ints in float arrays only where exact).
+#: Which JSON values an array of each dtype may hold (integers only within |v| <= 2^53).
 _FITS = {
     "bool": lambda x: type(x) is bool,
-    "int64": lambda x: type(x) is int and _INT64[0] <= x <= _INT64[1],
-    "float64": lambda x: type(x) is float or (type(x) is int and abs(x) <= _EXACT_FLOAT_INT),
+    "int64": lambda x: type(x) is int and abs(x) <= MAX_EXACT_INT,
+    "float64": lambda x: type(x) is float or (type(x) is int and abs(x) <= MAX_EXACT_INT),
 }
 
 
@@ -184,6 +188,20 @@ def _any(v, path):
 
 _HEX64 = text(_HEX_RE, what="64 lowercase hex digits")
 _NAME = text(NAME_RE, what="a case name [a-z0-9][a-z0-9_.-]*")
+
+def tolerances(v, path):
+    """``{dtype: {"abs", "rel"}}`` for dtypes of :data:`.tolerance.DTYPES`, ``float64`` included."""
+    entry = obj({"abs": number(lo=0), "rel": number(lo=0)})
+    if not isinstance(v, dict) or "float64" not in v:
+        _fail(path, f"must be an object with a \"float64\" entry, got {short(v)}")
+    for key, tol in v.items():
+        if key not in TOLERANCE_DTYPES:
+            _fail(path, f"key {short(key, 40)} must be one of {list(TOLERANCE_DTYPES)}")
+        entry(tol, f"{path}.{key}")
+
+
+_DIVERGENCE = obj({"implementation": text(nonempty=True), "description": text(),
+                   "inputs": map_of(array), "outputs": map_of(array, min_items=1)})
 
 #: Fields of a version-2 case document (all required). Add a field here to extend the format.
 CASE_FIELDS: dict[str, Check] = {
@@ -197,12 +215,19 @@ CASE_FIELDS: dict[str, Check] = {
     "inputs": map_of(array),
     "outputs": map_of(array, min_items=1),
     "dtype": const("float64"),
-    "tolerance": obj({"abs": number(lo=0), "rel": number(lo=0)}),
+    "tolerances": tolerances,
+    "error_model": text(nonempty=True),
+    "reference_call": text(nonempty=True),
+    "known_divergences": list_of(_DIVERGENCE, max_items=MAX_DIVERGENCES),
     "oracle": obj({"name": text(nonempty=True), "precision_digits": integer(lo=50)}),
     "library_version": text(nonempty=True),
 }
-#: Version 1 had the same fields plus an in-document checksum.
-CASE_FIELDS_V1 = {**CASE_FIELDS, "schema_version": const(1), "sha256": _HEX64}
+#: Version 1: one float64 ``tolerance``, no error model, reference call or divergences, and an
+#: in-document checksum.
+CASE_FIELDS_V1 = {**{k: v for k, v in CASE_FIELDS.items()
+                     if k not in ("tolerances", "error_model", "reference_call", "known_divergences")},
+                  "schema_version": const(1), "tolerance": obj({"abs": number(lo=0), "rel": number(lo=0)}),
+                  "sha256": _HEX64}
 CASE_SCHEMAS = {1: obj(CASE_FIELDS_V1), 2: obj(CASE_FIELDS)}
 
 
@@ -213,10 +238,29 @@ def _conventions_agree_with_params(doc):
             _fail(f"conventions.{key}", f"= {short(conv)} disagrees with params.{key} = {short(doc['params'][key])}")
 
 
+def _all_arrays(doc):
+    groups = [doc[g] for g in ("inputs", "outputs")]
+    groups += [d[g] for d in doc.get("known_divergences", ()) for g in ("inputs", "outputs")]
+    return [a for group in groups for a in group.values()]
+
+
 def _total_values_within_limit(doc):
-    n = sum(math.prod(a["shape"]) for g in ("inputs", "outputs") for a in doc[g].values())
+    n = sum(math.prod(a["shape"]) for a in _all_arrays(doc))
     if n > MAX_CASE_VALUES:
         _fail("", f"holds {n} array values, more than the limit of {MAX_CASE_VALUES}")
+
+
+def _params_integers_are_exact_doubles(doc):
+    """Every integer in ``params`` is exact in a double (|v| <= 2^53), as every JSON reader needs."""
+    stack = [(doc["params"], "params")]
+    while stack:
+        v, path = stack.pop()
+        if type(v) is int and abs(v) > MAX_EXACT_INT:
+            _fail(path, f"= {short(v)} is outside the integer range |v| <= 2^53 of the format")
+        if isinstance(v, dict):
+            stack.extend((x, f"{path}.{k}") for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
 
 
 def _v1_checksum_matches(doc):
@@ -225,7 +269,8 @@ def _v1_checksum_matches(doc):
 
 
 #: Rules spanning several fields, run after the schema.
-CASE_RULES = [_conventions_agree_with_params, _total_values_within_limit, _v1_checksum_matches]
+CASE_RULES = [_conventions_agree_with_params, _total_values_within_limit, _params_integers_are_exact_doubles,
+              _v1_checksum_matches]
 
 
 def validate_case(doc) -> None:

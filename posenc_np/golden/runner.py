@@ -22,10 +22,12 @@ problem is a row naming the file; the run goes on.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from . import catalogue, safe_io
 from . import format as fmt
 from .safe_io import GoldenFormatError, short
 from .spec import ORACLE_DIGITS, CaseSpec, finish_oracle_output
+from .v1_files import V1_FILES
 
 INDEX, SUMS = fmt.INDEX, fmt.SUMS
 PASS, FAIL, UNKNOWN = "pass", "FAIL", "unknown"
@@ -178,13 +181,8 @@ def oracle_outputs(spec: CaseSpec) -> dict:
     return {k: finish_oracle_output(v) for k, v in raw.items()}
 
 
-def build_case(spec: CaseSpec) -> dict:
-    """The version-2 case document of a spec: catalogue fields plus oracle outputs."""
-    return fmt.build_document(fields=catalogue.document_fields(spec), outputs=oracle_outputs(spec),
-                              library_version=_version.__version__)
-
-
-def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progress=None) -> list[Row]:
+def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progress=None, specs=None,
+             jobs: int = 1) -> list[Row]:
     """Write the cases matching ``only`` (default: all) to ``out_dir``; return the library's errors.
 
     Parameters
@@ -199,7 +197,13 @@ def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progres
         the selected cases. ``"update"``: the selected cases (and any an interrupted run left
         pending) are added to or replaced in such a suite; the others are kept.
     progress : callable, optional
-        Called with each case name before it is evaluated.
+        Called with each case name once its files are written.
+    specs : list of CaseSpec, optional
+        The cases to draw from (default: the library's catalogue); e.g. the cases of one
+        model's configuration (:func:`posenc_np.golden.cases_hf.cases_for`).
+    jobs : int
+        Processes evaluating the oracle (the output does not depend on it: cases are evaluated
+        independently and written in catalogue order).
 
     Raises
     ------
@@ -213,13 +217,17 @@ def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progres
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if not formats or not set(formats) <= {"json", "npz"}:
         raise ValueError(f"formats must be a non-empty subset of ('json', 'npz'), got {formats!r}")
-    specs = catalogue.cases(only)
+    if type(jobs) is not int or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    available = catalogue.cases() if specs is None else list(specs)
+    selected = catalogue.select(available, only)
     out = Path(out_dir)
     old = _existing_suite(out, mode)
-    units = {s.name: s for s in specs}
+    units = {s.name: s for s in selected}
     if old is not None and mode == "update":
+        by_name = {s.name: s for s in available}
         for name in old.pending:
-            spec = catalogue.by_name().get(name)
+            spec = by_name.get(name)
             if spec is None:
                 raise SuiteRefused(f"{out}: {INDEX} lists {name} as pending, but the catalogue has no such case")
             units.setdefault(name, spec)
@@ -228,10 +236,10 @@ def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progres
     try:
         index = _start(dir_fd, old, set(units), mode)
         rows, committed = [], time.monotonic()
-        for name, spec in units.items():
+        for spec, outputs in _oracle_results(list(units.values()), jobs):
+            rows.append(_write_case(dir_fd, index, spec, outputs, formats))
             if progress:
-                progress(name)
-            rows.append(_write_case(dir_fd, index, spec, formats))
+                progress(spec.name)
             if time.monotonic() - committed >= COMMIT_SECONDS:
                 _commit(dir_fd, index)
                 committed = time.monotonic()
@@ -239,6 +247,20 @@ def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progres
         return rows
     finally:
         os.close(dir_fd)
+
+
+def _oracle_results(specs: list[CaseSpec], jobs: int) -> Iterator[tuple[CaseSpec, dict]]:
+    """``(spec, oracle outputs)`` in the order of ``specs``, evaluated by ``jobs`` processes."""
+    if jobs == 1 or len(specs) < 2:
+        for spec in specs:
+            yield spec, oracle_outputs(spec)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)  # fork: no re-import per worker
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=context) as pool:
+        futures = [pool.submit(oracle_outputs, spec) for spec in specs]
+        for spec, future in zip(specs, futures):
+            yield spec, future.result()
 
 
 def _existing_suite(out: Path, mode: str) -> fmt.Index | None:
@@ -315,9 +337,10 @@ def _start(dir_fd: int, old: fmt.Index | None, selected: set, mode: str) -> fmt.
     return index
 
 
-def _write_case(dir_fd: int, index: fmt.Index, spec: CaseSpec, formats) -> Row:
-    """Evaluate one case, write its files atomically, and record them in ``index`` (in memory)."""
-    doc = build_case(spec)
+def _write_case(dir_fd: int, index: fmt.Index, spec: CaseSpec, outputs: dict, formats) -> Row:
+    """Write one case (its oracle ``outputs`` given) atomically and record it in ``index`` (in memory)."""
+    doc = fmt.build_document(fields=catalogue.document_fields(spec), outputs=outputs,
+                             library_version=_version.__version__)
     blobs = {}
     if "json" in formats:
         blobs[f"{spec.name}.json"] = fmt.case_json_bytes(doc)
@@ -424,12 +447,13 @@ def _verify_dir(dir_fd: int, oracle: bool, known) -> list[Row]:
     return rows
 
 
-def _read_listed(dir_fd: int, path: str, record, version: int, entry: fmt.CaseEntry) -> dict:
-    """Read one listed case file and check it against its index entry."""
+def _read_listed(dir_fd: int, path: str, record, version: int, entry: fmt.CaseEntry) -> tuple[dict, str]:
+    """Read one listed case file and check it against its index entry; returns it and its SHA-256."""
     data = safe_io.read_file(path, dir_fd=dir_fd, limit=fmt.MAX_CASE_FILE_BYTES,
                              size=None if record is None else record[1])
-    if record is not None and fmt.sha256(data) != record[0]:
-        raise GoldenFormatError(f"{path}: SHA-256 is {fmt.sha256(data)[:16]}..., {INDEX} lists {record[0][:16]}...")
+    digest = fmt.sha256(data)
+    if record is not None and digest != record[0]:
+        raise GoldenFormatError(f"{path}: SHA-256 is {digest[:16]}..., {INDEX} lists {record[0][:16]}...")
     doc = fmt.parse_case(data, path)
     claims = {"schema_version": version, "name": entry.name, "encoding": entry.encoding}
     if version == 1:
@@ -437,18 +461,39 @@ def _read_listed(dir_fd: int, path: str, record, version: int, entry: fmt.CaseEn
     for key, want in claims.items():
         if doc[key] != want:
             raise GoldenFormatError(f"{path}: {key} is {short(doc[key])}, {INDEX} says {short(want)}")
-    return doc
+    return doc, digest
+
+
+def v1_problems(path: str, digest: str) -> list[str]:
+    """Why a version-1 file is not trusted: its bytes must be those of a published v1 file."""
+    if V1_FILES.get(Path(path).name) == digest:
+        return []
+    return [f"{Path(path).name}: not a published version-1 file (its SHA-256 {digest[:16]}... is not the one "
+            "frozen in posenc_np/golden/v1_files.py); version 1 is read-only, regenerate as version 2"]
+
+
+def spec_from_v1(doc: dict) -> CaseSpec:
+    """The spec of a (published, trusted) version-1 document: its own parameters (renamed to today's
+    by the encoding's ``from_v1``), inputs and float64 tolerance."""
+    enc = catalogue.encodings().get(doc["encoding"])
+    if enc is None:
+        raise GoldenFormatError(f"{doc['name']}: encoding {short(doc['encoding'])} is unknown to this library")
+    inputs = fmt.arrays(doc, "inputs")
+    params = enc.from_v1(doc["params"], inputs) if enc.from_v1 else doc["params"]
+    return CaseSpec(name=doc["name"], encoding=doc["encoding"], params=params, conventions=doc["conventions"],
+                    inputs=inputs, tolerances={"float64": doc["tolerance"]}, error_model="version 1",
+                    reference_call="n/a", description=doc["description"])
 
 
 def _verify_case(dir_fd: int, entries: dict, entry: fmt.CaseEntry, version: int, oracle: bool, known) -> Row:
     row = Row(entry.name, entry.encoding)
-    docs = {}
+    docs, digests = {}, {}
     for path, record in entry.files.items():
         if path not in entries:
             row.problems.append(f"{path}: listed in {INDEX} but missing")
             continue
         try:
-            docs[path] = _read_listed(dir_fd, path, record, version, entry)
+            docs[path], digests[path] = _read_listed(dir_fd, path, record, version, entry)
         except GoldenFormatError as exc:
             row.problems.append(str(exc))
     if len(docs) == 2 and len({fmt.canonical(d) for d in docs.values()}) == 2:
@@ -457,13 +502,25 @@ def _verify_case(dir_fd: int, entries: dict, entry: fmt.CaseEntry, version: int,
         return row
     doc = next(iter(docs.values()))
     stored = fmt.arrays(doc, "outputs")
-    spec = known(entry.name)
-    if spec is None:
-        row.values = sum(v.size for v in stored.values())
-        row.status = FAIL if row.problems else UNKNOWN
-        row.problems.append("unknown case: not in the catalogue, checked for format only")
-        return row
-    row.problems += catalogue_problems(doc, spec)
+    if version == 1:  # trusted by the frozen digests of the published files, then judged on its own terms
+        untrusted = [p for path, digest in digests.items() for p in v1_problems(path, digest)]
+        row.problems += untrusted
+        if untrusted:
+            row.values = sum(v.size for v in stored.values())
+            return row
+        try:
+            spec = spec_from_v1(doc)
+        except GoldenFormatError as exc:
+            row.problems.append(str(exc))
+            return row
+    else:
+        spec = known(entry.name)
+        if spec is None:
+            row.values = sum(v.size for v in stored.values())
+            row.status = FAIL if row.problems else UNKNOWN
+            row.problems.append("unknown case: not in the catalogue, checked for format only")
+            return row
+        row.problems += catalogue_problems(doc, spec)
     _check_library(spec, stored, row)
     if oracle:
         row.problems += _bit_differences(stored, oracle_outputs(spec))
@@ -488,12 +545,13 @@ def _verify_sums(dir_fd: int, entries: dict, index: fmt.Index, index_data: bytes
                                  "an interrupted generate, or an edited file")])]
 
 
-def load_case_file(path) -> tuple[dict, str]:
+def load_case_file(path, *, known: Callable[[str], CaseSpec | None] | None = None) -> tuple[dict, str]:
     """Read one case file the way :func:`posenc_np.testing.load_case` does.
 
     The file is read safely and validated; when its directory holds an ``index.json``, the
-    file must be listed there with its digest; when the catalogue knows the case, every field
-    but the outputs must equal the catalogue's. Returns the document and the SHA-256 of the
+    file must be listed there with its digest; a version-2 case the catalogue (or ``known``)
+    knows must have every field but the outputs equal to the catalogue's; a version-1 file must
+    be a published one (:data:`.v1_files.V1_FILES`). Returns the document and the SHA-256 of the
     file's bytes. Raises :class:`GoldenFormatError` naming the file otherwise.
     """
     path = Path(os.fspath(path))
@@ -509,8 +567,11 @@ def load_case_file(path) -> tuple[dict, str]:
         record = entry.files[path.name]
         if (record is not None and record[0] != digest) or (record is None and entry.doc_sha256 != doc["sha256"]):
             raise GoldenFormatError(f"{path}: its digest differs from the one in {index_path}")
-    spec = catalogue.by_name().get(doc["name"])
-    problems = catalogue_problems(doc, spec) if spec is not None else []
+    if doc["schema_version"] == 1:
+        problems = v1_problems(str(path), digest)
+    else:
+        spec = (known or catalogue.by_name().get)(doc["name"])
+        problems = catalogue_problems(doc, spec) if spec is not None else []
     if problems:
         raise GoldenFormatError(f"{path}: " + "; ".join(problems))
     return doc, digest
