@@ -58,3 +58,5 @@ html_theme_options = {
     "show_toc_level": 2,
 }
 html_show_sourcelink = False
+# Light/dark follows the reader's system setting (an empty mode makes the theme log an error).
+html_context = {"default_mode": "auto"}

@@ -190,6 +190,11 @@ def _api_page(modname: str, family_pages: set[str]) -> str:
     return "\n".join(lines)
 
 
+def _plain(text: str) -> str:
+    """``text`` as literal reST prose: every punctuation character backslash-escaped."""
+    return re.sub(r"([^A-Za-z0-9\s])", r"\\\1", " ".join(str(text).split()))
+
+
 def _array_summary(obj) -> str:
     if isinstance(obj, dict) and "dtype" in obj and "shape" in obj:
         return f"{obj['dtype']} {tuple(obj['shape'])}"
@@ -216,7 +221,7 @@ def _golden_page(encoding: str, specs, functions, vectors: Path | None, root: Pa
                 doc = None
         lines += [f".. _golden-case-{spec.name}:", "", _title(spec.name, "-")]
         if spec.description:
-            lines += [spec.description.replace("*", r"\*").replace("`", "'"), ""]
+            lines += [_plain(spec.description), ""]
         conv = "; ".join(f"{k}: {_literal(v)}" for k, v in spec.conventions.items() if v != "n/a") or "none apply"
         tol = spec.tolerance
         fields = [
