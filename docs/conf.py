@@ -19,7 +19,7 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent))
 sys.path.insert(0, str(DOCS / "_ext"))
 
-from posenc_np import __version__  # noqa: E402
+from posenc_np import __version__  # noqa: E402 (after the sys.path insert)
 
 project = "posenc_np"
 author = "posenc_np contributors"

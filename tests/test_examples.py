@@ -34,7 +34,7 @@ def test_example_runs(script):
     assert out.strip()
     if script.name == "co2_seasonality.py":
         rmse = {m.group(1): float(m.group(2))
-                for m in re.finditer(r"^\| (.+?) \| \d+ \| ([\d.]+) \| [\d.]+ \|$", out, flags=re.M)}
+                for m in re.finditer(r"^\| (.+?) \| \d+ \| ([\d.]+) \| [\d.]+ \|$", out, flags=re.MULTILINE)}
         assert len(rmse) == 7, out
         # the claims of the example's docstring, on held-out years
         assert rmse["sinusoidal, period 1 year, K=2"] < rmse["one-hot calendar: 12 months"]
@@ -42,7 +42,7 @@ def test_example_runs(script):
         assert rmse["raw time: month number 1-12"] < rmse["trend only (no seasonal feature)"]
         assert rmse["sinusoidal, base 10000, dim 16 (weeks)"] > rmse["trend only (no seasonal feature)"]
     if script.name == "verify_rope_with_golden.py":
-        good = re.search(r"^float64 angles \(correct\): (\d+) passed, (\d+) failed$", out, flags=re.M)
-        bug = re.search(r"^float32 angles \(bug\): (\d+) passed, (\d+) failed$", out, flags=re.M)
+        good = re.search(r"^float64 angles \(correct\): (\d+) passed, (\d+) failed$", out, flags=re.MULTILINE)
+        bug = re.search(r"^float32 angles \(bug\): (\d+) passed, (\d+) failed$", out, flags=re.MULTILINE)
         assert good and int(good.group(1)) >= 9 and int(good.group(2)) == 0, out
         assert bug and int(bug.group(2)) >= 8, out

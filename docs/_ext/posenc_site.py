@@ -348,9 +348,8 @@ def _resolve_name(text: str, docname: str, app):
         return None
     name = m.group(1)
     api = app.posenc_api
-    if not m.group(2):
-        if name in app.posenc_case_names:
-            return "golden", f"golden-case-{name}"
+    if not m.group(2) and name in app.posenc_case_names:
+        return "golden", f"golden-case-{name}"
     for candidate in (name, f"{PACKAGE}.{name}", f"{PACKAGE}.{docname}.{name}"):
         if candidate in api:
             return "py", candidate
@@ -496,7 +495,7 @@ def _env_init(app, env, docnames) -> None:
 
 
 def _purge(app, env, docname) -> None:
-    for key, entries in getattr(env, "posenc_mentions", {}).items():
+    for entries in getattr(env, "posenc_mentions", {}).values():
         entries[:] = [e for e in entries if e[0] != docname]
 
 
