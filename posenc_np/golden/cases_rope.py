@@ -8,9 +8,9 @@ computed per case from its own frequencies (no extra safety factor):
 * ``w_i = base ** (-x_i)``, ``x_i = 2i/d``: the rounded exponent carries a relative error <= u
   (none when d is a power of 2), which ``pow`` turns into <= x_i ln(base) u, plus <= u for
   ``pow`` itself: relative error <= (x_i ln(base)/2 + 0.5) eps. ``w_0 = 1`` is exact.
-* an angle ``p w_i`` adds u: absolute error <= |p| w_i (x_i ln(base)/2 + 1) eps; the largest
+* an angle ``p w_i`` adds u: absolute error <= ``|p| w_i (x_i ln(base)/2 + 1)`` eps; the largest
   over the case's positions and pairs i >= 1 is ``_angle_eps``. cos/sin add <= 1 ulp.
-* a rotation ``a c - b s`` with |a|, |b| <= X adds the table errors times 2X plus ~2 eps X.
+* a rotation ``a c - b s`` with ``|a|, |b| <= X`` adds the table errors times 2X plus ~2 eps X.
 * YaRN's blend ``(w/s) r + w (1 - r)`` and llama3's smooth factor turn an ulp of r into up to
   s/2 eps of relative error (the result can be as small as w/s).
 
