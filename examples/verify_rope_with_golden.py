@@ -20,6 +20,7 @@ one is caught.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -77,10 +78,10 @@ def read_array(obj):
     return np.array(obj["data"], dtype=obj["dtype"]).reshape(obj["shape"])
 
 
-def read_case(path: Path) -> dict:
-    doc = json.loads(path.read_text())
+def read_case(data: bytes) -> dict:
+    doc = json.loads(data)
     if doc.get("schema") != "posenc-np-golden":
-        raise ValueError(f"{path.name}: not a posenc-np golden case")
+        raise ValueError(f"{doc.get('name')}: not a posenc-np golden case")
     for group in ("inputs", "outputs"):
         doc[group] = {k: read_array(v) for k, v in doc[group].items()}
     return doc
@@ -123,8 +124,12 @@ def run(suite: Path, angle_dtype=np.float64, label="", show_unsupported=True) ->
     for entry in index["cases"]:
         if not entry["name"].startswith("rope."):
             continue
-        json_file = next(f for f in entry["files"] if f.endswith(".json"))
-        doc = read_case(suite / json_file)
+        # index.json is the manifest: each file's SHA-256 over its exact bytes
+        json_file = next(f for f in entry["files"] if f["path"].endswith(".json"))
+        data = (suite / json_file["path"]).read_bytes()
+        if hashlib.sha256(data).hexdigest() != json_file["sha256"]:
+            raise SystemExit(f"{json_file['path']}: SHA-256 differs from index.json (damaged download?)")
+        doc = read_case(data)
         if not supported(doc):
             scaling = doc["params"].get("scaling")
             why = f"scaling {scaling}" if scaling else f"encoding {doc['encoding']}"
