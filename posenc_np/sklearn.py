@@ -207,6 +207,12 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
         As in :class:`SinusoidalEncoder`; :math:`n = r/2` frequencies.
     layout : {"half", "interleaved"}
         Which columns pair (GPT-NeoX / Hugging Face ``half`` or GPT-J / Meta ``interleaved``).
+    unpaired : {"zero", "error"}
+        What an odd number :math:`r` of rotated columns means. ``"zero"``: the last rotated
+        column is paired with an implicit zero channel appended after the rotated block (a
+        real feature :math:`a` read as the complex number :math:`a + 0i`, giving
+        :math:`(a\cos\theta, a\sin\theta)`), so the output has one more column, named
+        ``"rope_pad"``. ``"error"``: an odd :math:`r` is a ``ValueError``.
 
     Attributes
     ----------
@@ -226,7 +232,7 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, time_column=0, *, rotary_dim=None, base=10000.0, period=None, layout="half",
-                 offset=0.0, scale=1.0):
+                 offset=0.0, scale=1.0, unpaired="zero"):
         self.time_column = time_column
         self.rotary_dim = rotary_dim
         self.base = base
@@ -234,23 +240,21 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
         self.layout = layout
         self.offset = offset
         self.scale = scale
+        self.unpaired = unpaired
 
     def _checked_params(self, n_features: int):
         """(time index, rotary dim, layout, base, period, offset, scale) for ``n_features`` columns."""
-        if n_features < 3:
-            raise ValueError("RotaryEncoder needs a time column and at least 2 feature columns, "
-                             f"got {n_features} feature(s)")
+        if n_features < 2:
+            raise ValueError("RotaryEncoder needs a time column and at least 1 feature column, "
+                             f"got n_features = {n_features}")
         time_index = self._time_index(n_features)
         m = n_features - 1
-        if self.rotary_dim is None:
-            if m % 2:
-                raise ValueError(f"X has {m} feature columns besides the time column; rotating all of them "
-                                 "needs an even number (pass rotary_dim to rotate only the first ones)")
-            r = m
-        else:
-            r = check_int(self.rotary_dim, "rotary_dim", minimum=2)
-            if r % 2 or r > m:
-                raise ValueError(f"rotary_dim must be even and <= {m} (the feature columns), got {r}")
+        r = m if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=1)
+        if r > m:
+            raise ValueError(f"rotary_dim must be <= {m} (the feature columns besides the time column), got {r}")
+        if check_choice(self.unpaired, "unpaired", ("zero", "error")) == "error" and r % 2:
+            raise ValueError(f"{r} rotated columns cannot all be paired (unpaired='error'); pass an even "
+                             "rotary_dim, or unpaired='zero' to pair the last one with an implicit zero")
         layout = check_choice(self.layout, "layout", rope.LAYOUTS)
         return time_index, r, layout, *_check_time_params(self)
 
@@ -284,11 +288,16 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
         time_index, r, layout, base, period, offset, scale = self._checked_params(X.shape[1])
         t = (X[:, time_index] - offset) / scale
         features = np.delete(X, time_index, axis=1)
-        cos, sin = rope.cos_sin(t, _frequencies(r // 2, base, period), layout=layout)
+        if r % 2:  # unpaired="zero": an implicit zero partner right after the rotated block
+            features = np.insert(features, r, 0.0, axis=1)
+        cos, sin = rope.cos_sin(t, _frequencies((r + 1) // 2, base, period), layout=layout)
         return rope.apply(features, cos, sin, layout=layout, backend="numpy")
 
     def get_feature_names_out(self, input_features=None):
-        """The input names without the time column (rotated columns keep their names)."""
+        """The input names without the time column (rotated columns keep their names; an implicit
+        zero partner, see ``unpaired``, is ``"rope_pad"``)."""
         names = _check_names_out(self, input_features)
         check_is_fitted(self, "time_index_")
-        return np.delete(names, self.time_index_)
+        r = self._checked_params(self.n_features_in_)[1]
+        names = np.delete(names, self.time_index_)
+        return np.insert(names, r, "rope_pad") if r % 2 else names

@@ -38,15 +38,28 @@ def test_sinusoidal_encoder_passes_check_estimator():
     assert _failed_checks(SinusoidalEncoder(dim=6, period=7.0, layout="concat", offset=3.0, scale=0.5)) == {}
 
 
-def test_rotary_encoder_passes_check_estimator_except_on_two_column_data():
-    # Six checks fit on 2-column data (a time column and ONE feature): there is no pair to rotate,
-    # and the encoder says so instead of silently passing the column through. Everything else passes.
-    failed = _failed_checks(RotaryEncoder(rotary_dim=2))
-    assert set(failed) == {"check_estimators_overwrite_params", "check_estimators_fit_returns_self",
-                           "check_readonly_memmap_input", "check_fit_idempotent", "check_fit_check_is_fitted",
-                           "check_n_features_in"}
-    for exc in failed.values():
-        assert isinstance(exc, ValueError) and "got 2 feature(s)" in str(exc)
+def test_rotary_encoder_passes_check_estimator():
+    assert _failed_checks(RotaryEncoder()) == {}
+    assert _failed_checks(RotaryEncoder(period=5.0, layout="interleaved", offset=1.0, scale=2.0)) == {}
+
+
+def test_rotary_encoder_pairs_an_odd_column_with_an_implicit_zero():
+    # (t, a) with unpaired="zero": a + 0i rotated by theta = 2 pi t / P -> (a cos, a sin)
+    t = np.array([0.0, 1.0, 2.5])
+    a = np.array([2.0, -1.0, 0.5])
+    theta = 2 * np.pi * t / 4.0
+    out = RotaryEncoder(period=4.0).fit_transform(np.column_stack([t, a]))
+    np.testing.assert_allclose(out, np.column_stack([a * np.cos(theta), a * np.sin(theta)]), rtol=0, atol=1e-15)
+    # three features, rotary_dim=3: pad after the rotated block, the rest passes through
+    X = np.column_stack([t, a, 2 * a, 3 * a, 4 * a])
+    enc = RotaryEncoder(rotary_dim=3, period=4.0).fit(X)
+    assert enc.transform(X).shape == (3, 5)
+    np.testing.assert_array_equal(enc.transform(X)[:, 4], 4 * a)
+    assert list(enc.get_feature_names_out()) == ["x1", "x2", "x3", "rope_pad", "x4"]
+    with pytest.raises(ValueError, match="unpaired='error'"):
+        RotaryEncoder(unpaired="error").fit(np.column_stack([t, a]))
+    with pytest.raises(ValueError, match="unpaired"):
+        RotaryEncoder(unpaired="pad").fit(np.column_stack([t, a]))
 
 
 def test_rotary_encoder_does_what_those_checks_ask_on_data_it_accepts():
@@ -168,8 +181,9 @@ def test_pipeline_and_column_transformer():
     (SinusoidalEncoder(), [[np.nan]], ValueError, "NaN"),
     (SinusoidalEncoder(), [["a"]], ValueError, "could not convert"),
     (SinusoidalEncoder(), [1.0, 2.0], ValueError, "Expected 2D array"),
-    (RotaryEncoder(), [[0.0, 1.0, 2.0, 3.0]], ValueError, "needs an even number"),
-    (RotaryEncoder(rotary_dim=3), [[0.0, 1.0, 2.0, 3.0]], ValueError, "rotary_dim must be even"),
+    (RotaryEncoder(unpaired="error"), [[0.0, 1.0, 2.0, 3.0]], ValueError, "cannot all be paired"),
+    (RotaryEncoder(rotary_dim=4), [[0.0, 1.0, 2.0, 3.0]], ValueError, "rotary_dim must be <= 3"),
+    (RotaryEncoder(), [[0.0], [1.0]], ValueError, "at least 1 feature column"),
     (RotaryEncoder(time_column=4), [[0.0, 1.0, 2.0]], ValueError, "out of range"),
     (RotaryEncoder(time_column=1.0), [[0.0, 1.0, 2.0]], TypeError, "time_column must be"),
     (RotaryEncoder(time_column="t"), [[0.0, 1.0, 2.0]], ValueError, "has no column names"),
