@@ -3,7 +3,8 @@
 Families (one module each): :mod:`posenc_np.absolute`, :mod:`posenc_np.rope`,
 :mod:`posenc_np.alibi`, :mod:`posenc_np.relative`; the attention core
 :mod:`posenc_np.attention`; golden vectors :mod:`posenc_np.golden`; test helpers
-:mod:`posenc_np.testing`. Submodules load on first attribute access, so
+:mod:`posenc_np.testing`; scikit-learn transformers :mod:`posenc_np.sklearn` (optional extra
+``sklearn``). Submodules load on first attribute access, so
 ``import posenc_np`` stays cheap and compiles nothing.
 """
 
@@ -15,7 +16,7 @@ from ._version import __version__
 
 _SUBMODULES = {
     "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "relative", "rope",
-    "study", "testing", "train",
+    "sklearn", "study", "testing", "train",
 }
 
 __all__ = ["__version__", *sorted(_SUBMODULES)]

@@ -362,10 +362,9 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     ``dynamic`` (``factor``; needs ``max_position_embeddings`` :math:`L_{max}`)
         with :math:`L = \max(\text{seq\_len}, L_{max})`:
         base :math:`\to \mathrm{base}\,(sL/L_{max} - (s-1))^{d/(d-2)}`.
-    ``yarn`` (``factor``, ``original_max_position_embeddings`` :math:`L_0`, optional
-    ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``, ``mscale_all_dim``,
-    ``attention_factor``)
-        ramp bounds from :func:`yarn_correction_range`; if equal, ``high += 0.001``;
+    ``yarn`` (``factor``, ``original_max_position_embeddings`` :math:`L_0`, optional ...)
+        optional keys ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``,
+        ``mscale_all_dim``, ``attention_factor``; ramp bounds from :func:`yarn_correction_range`; if equal, ``high += 0.001``;
         :math:`r_j = \mathrm{clip}((j - low)/(high - low), 0, 1)`;
         :math:`\omega'_j = (\omega_j/s)\,r_j + \omega_j\,(1 - r_j)`. Attention factor: the explicit
         value, else :math:`g(s, m)/g(s, m_{all})` when both mscales are non-zero, else

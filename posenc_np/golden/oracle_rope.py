@@ -290,7 +290,7 @@ def convert_layout(params, inputs):
 
 
 def long_term_decay(params, inputs):
-    """(1/n) sum_{j=1..n} |sum_{k<j} exp(i r theta_k)|, theta_k = base^(-2k/d)."""
+    """``(1/n) sum_{j=1..n} |sum_{k<j} exp(i r theta_k)|``, ``theta_k = base^(-2k/d)``."""
     distances = inputs["distances"]
     with _extra_digits_for(distances):
         theta = _plain(params["rotary_dim"], _mpf(params["base"]))
