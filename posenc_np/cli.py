@@ -3,8 +3,9 @@
 Subcommands::
 
     posenc-np golden generate --out DIR [--force | --update] [--format json|npz|both] [--only NAME ...]
-    posenc-np golden verify DIR [--oracle] [--allow-unknown]
-    posenc-np golden list [--only NAME ...]
+                              [--hf-config config.json] [--jobs N]
+    posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json]
+    posenc-np golden list [--only NAME ...] [--hf-config config.json]
     posenc-np study extrapolation --out DIR [--quick]
 
 Errors in arguments, paths or the environment print one ``posenc-np: error: ...`` line on
@@ -23,13 +24,41 @@ from ._version import __version__
 from .golden.safe_io import printable as _printable
 
 
+def _model_specs(args):
+    """The cases of ``--hf-config`` (a model's positional setup), or None for the library's catalogue."""
+    if args.hf_config is None:
+        return None
+    from .golden import model_cases
+    from .hf_config import read_hf_config
+
+    return model_cases.cases_for(read_hf_config(args.hf_config))
+
+
+def _progress(total: int, quiet: bool):
+    """A per-case progress callback and its closer: a tqdm bar when tqdm is installed, else one line per case."""
+    if quiet:
+        return None, lambda: None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return (lambda name: print(f"  oracle: {_printable(name)}", file=sys.stderr)), lambda: None
+    bar = tqdm(total=total, desc="golden cases", unit="case", file=sys.stderr, leave=False)
+    return (lambda name: bar.update(1)), bar.close
+
+
 def _golden_generate(args) -> int:
-    from .golden import runner
+    from .golden import catalogue, runner
 
     formats = ("json", "npz") if args.format == "both" else (args.format,)
     mode = "force" if args.force else "update" if args.update else "new"
-    progress = None if args.quiet else (lambda name: print(f"  oracle: {name}", file=sys.stderr))
-    rows = runner.generate(args.out, formats=formats, only=args.only, mode=mode, progress=progress)
+    specs = _model_specs(args)
+    total = len(catalogue.select(catalogue.cases() if specs is None else specs, args.only))
+    progress, close = _progress(total, args.quiet)
+    try:
+        rows = runner.generate(args.out, formats=formats, only=args.only, mode=mode, progress=progress, specs=specs,
+                               jobs=args.jobs)
+    finally:
+        close()
     print(f"wrote {len(rows)} cases ({', '.join(formats)}) to {_printable(args.out)}; library float64 vs oracle:")
     print(runner.format_table(rows))
     return 0 if all(r.ok for r in rows) else 1
@@ -38,13 +67,17 @@ def _golden_generate(args) -> int:
 def _golden_verify(args) -> int:
     from .golden import runner
 
-    rows = runner.verify(args.dir, oracle=args.oracle)
-    print(f"verifying {_printable(args.dir)}: manifest and SHA-256 of every file, format, catalogue parameters "
-          f"and tolerances, library recomputation{', oracle bit-equality' if args.oracle else ''}")
+    specs = _model_specs(args)
+    known = None if specs is None else {s.name: s for s in specs}.get
+    rows = runner.verify(args.dir, oracle=args.oracle, known=known)
+    trusted = "the catalogue" if specs is None else f"the cases of {_printable(args.hf_config)}"
+    print(f"verifying {_printable(args.dir)} against {trusted}: manifest and SHA-256 of every file, format, "
+          f"parameters and tolerances, library recomputation{', oracle bit-equality' if args.oracle else ''}")
     print(runner.format_table(rows))
     unknown = sum(r.status == runner.UNKNOWN for r in rows)
     if unknown and not args.allow_unknown:
-        print(f"{unknown} cases are unknown to this library's catalogue and were checked for format only; "
+        hint = "" if specs is not None else " (a suite generated with --hf-config is verified with the same --hf-config)"
+        print(f"{unknown} cases are unknown to {trusted} and were checked for format only{hint}; "
               "the exit status is 1 unless --allow-unknown is given")
     accepted = {runner.PASS, runner.UNKNOWN} if args.allow_unknown else {runner.PASS}
     return 0 if all(r.status in accepted for r in rows) else 1
@@ -53,12 +86,23 @@ def _golden_verify(args) -> int:
 def _golden_list(args) -> int:
     from .golden import catalogue
 
-    specs = catalogue.cases(args.only)
+    specs = _model_specs(args)
+    specs = catalogue.select(catalogue.cases() if specs is None else specs, args.only)
     width = max(len(s.name) for s in specs)
     for s in specs:
         print(f"{s.name:<{width}}  {s.encoding:<16}  {s.description}")
     print(f"{len(specs)} cases")
     return 0
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
 
 
 def _study(args) -> int:
@@ -91,7 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "(also finishes cases an interrupted run left pending)")
     gen.add_argument("--format", choices=("json", "npz", "both"), default="both", help="file format(s)")
     gen.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns (e.g. 'rope.*')")
-    gen.add_argument("--quiet", action="store_true", help="do not print per-case progress")
+    gen.add_argument("--quiet", action="store_true", help="do not show progress")
+    gen.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                     help="processes evaluating the oracle (default: the number of CPUs); the files do not "
+                          "depend on it")
+    gen.add_argument("--hf-config", metavar="CONFIG_JSON",
+                     help="write the cases of this Hugging Face config.json's positional setup (RoPE with its "
+                          "scaling, ALiBi, T5 or DeBERTa buckets) instead of the library's catalogue, with "
+                          "positions reaching the model's context; verify them with the same --hf-config")
     gen.set_defaults(func=_golden_generate)
     ver = gsub.add_parser("verify", help="check a suite against the catalogue and the library",
                           description="Check DIR: index.json lists exactly the files present with their SHA-256 "
@@ -105,10 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also recompute the mpmath oracle and require the stored outputs bit for bit")
     ver.add_argument("--allow-unknown", action="store_true",
                      help="exit 0 even if some cases are unknown to the catalogue (they are still reported)")
+    ver.add_argument("--hf-config", metavar="CONFIG_JSON",
+                     help="trust the cases of this config.json (for a suite written by generate --hf-config): "
+                          "their parameters and tolerances come from the config, not from the files")
     ver.set_defaults(func=_golden_verify)
     lst = gsub.add_parser("list", help="list the cases in the catalogue",
                           description="List catalogue case names, encodings and descriptions.")
     lst.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns")
+    lst.add_argument("--hf-config", metavar="CONFIG_JSON", help="list the cases of this config.json instead")
     lst.set_defaults(func=_golden_list)
 
     study = sub.add_parser("study", help="experiments with trained models",

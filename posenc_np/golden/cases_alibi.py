@@ -98,6 +98,42 @@ def _slope_divergences(n: int, max_bias: float) -> tuple:
         {"heads": heads}, {"slopes": bloom[heads]}),)
 
 
+def slopes_case(name: str, n: int, max_bias: float, description: str) -> CaseSpec:
+    """An ``alibi.slopes`` case for ``n`` heads."""
+    return CaseSpec(
+        name=name,
+        encoding="alibi.slopes",
+        params={"num_heads": n, "max_bias": max_bias},
+        conventions=conventions(layout="(num_heads,)", sign="m_h > 0, subtracted per unit distance",
+                                semantics=PAPER if max_bias == 8.0 else PAPER + "; MPT gen_slopes alibi_bias_max"),
+        inputs={},
+        tolerances=tol.rounded(rel64=SLOPE_REL64), error_model="rounded: float64 slopes within 5u, rounded once",
+        reference_call=REF_SLOPES if max_bias == 8.0 else "MPT (llm-foundry) gen_slopes(n_heads, alibi_bias_max)",
+        known_divergences=_slope_divergences(n, max_bias),
+        description=description,
+    )
+
+
+def bias_case(name: str, form: str, h: int, ql: int, kl: int, off: int, description: str, *, slopes=None,
+              max_bias: float = 8.0) -> CaseSpec:
+    """An ``alibi.bias`` case: ``h`` heads, queries ``off .. off + ql - 1`` against keys ``0 .. kl - 1``."""
+    largest = (1.0 if slopes is None else float(np.max(slopes))) * (kl + off + ql)
+    rel64 = BIAS_REL64 if slopes is None else tol.UNIT_ROUNDOFF["float64"]  # given slopes are exact inputs
+    return CaseSpec(
+        name=name,
+        encoding="alibi.bias",
+        params={"num_heads": h, "q_len": ql, "k_len": kl, "form": form, "q_offset": off, "max_bias": max_bias},
+        conventions=conventions(layout="(heads, q_len, k_len); query i at position i + q_offset",
+                                sign=SIGNS[form], scale_placement=AFTER_SCALE, semantics=SEMANTICS[form]),
+        inputs={} if slopes is None else {"slopes": slopes},
+        tolerances=tol.rounded(rel64=rel64, ops=3, magnitude=largest),
+        error_model="rounded: slope times an exact integer distance (6u in float64); in a dtype the slope, "
+                    "the distance and the product round",
+        reference_call=REF_BIAS[form],
+        description=description,
+    )
+
+
 def cases() -> list[CaseSpec]:
     out = []
     for n, max_bias, why in (
@@ -109,18 +145,8 @@ def cases() -> list[CaseSpec]:
         (6, 4.0, "MPT alibi_bias_max = 4 with a non-power-of-two head count"),
     ):
         suffix = "" if max_bias == 8.0 else f".max_bias{max_bias:g}"
-        out.append(CaseSpec(
-            name=f"alibi.slopes.n{n}{suffix}",
-            encoding="alibi.slopes",
-            params={"num_heads": n, "max_bias": max_bias},
-            conventions=conventions(layout="(num_heads,)", sign="m_h > 0, subtracted per unit distance",
-                                    semantics=PAPER if max_bias == 8.0 else PAPER + "; MPT gen_slopes alibi_bias_max"),
-            inputs={},
-            tolerances=tol.rounded(rel64=SLOPE_REL64), error_model="rounded: float64 slopes within 5u, rounded once",
-            reference_call=REF_SLOPES if max_bias == 8.0 else "MPT (llm-foundry) gen_slopes(n_heads, alibi_bias_max)",
-            known_divergences=_slope_divergences(n, max_bias),
-            description=f"ALiBi slopes, {n} heads, max_bias {max_bias:g} ({why})",
-        ))
+        out.append(slopes_case(f"alibi.slopes.n{n}{suffix}", n, max_bias,
+                               f"ALiBi slopes, {n} heads, max_bias {max_bias:g} ({why})"))
     bias_cases = [
         ("causal", 4, 5, 7, 2, None, "decoding block: queries are the last 5 of 7 positions"),
         ("symmetric", 4, 5, 7, 2, None, "bidirectional form, queries at positions 2..6"),
@@ -132,21 +158,9 @@ def cases() -> list[CaseSpec]:
         name = f"alibi.bias.{form}.h{h}_q{ql}_k{kl}" + (f"_off{off}" if off != kl - ql else "")
         if m is not None:
             name += ".slopes"
-        largest = (1.0 if m is None else float(np.max(m))) * (kl + off + ql)
-        rel64 = BIAS_REL64 if m is None else tol.UNIT_ROUNDOFF["float64"]  # given slopes are exact inputs
-        out.append(CaseSpec(
-            name=name,
-            encoding="alibi.bias",
-            params={"num_heads": h, "q_len": ql, "k_len": kl, "form": form, "q_offset": off, "max_bias": 8.0},
-            conventions=conventions(layout="(heads, q_len, k_len); query i at position i + q_offset",
-                                    sign=SIGNS[form], scale_placement=AFTER_SCALE, semantics=SEMANTICS[form]),
-            inputs={} if m is None else {"slopes": m},
-            tolerances=tol.rounded(rel64=rel64, ops=3, magnitude=largest),
-            error_model="rounded: slope times an exact integer distance (6u in float64); in a dtype the slope, "
-                        "the distance and the product round",
-            reference_call=REF_BIAS[form],
-            description=f"ALiBi bias, {form} form, {h} heads, q_len {ql}, k_len {kl}, q_offset {off}: {why}",
-        ))
+        out.append(bias_case(name, form, h, ql, kl, off,
+                             f"ALiBi bias, {form} form, {h} heads, q_len {ql}, k_len {kl}, q_offset {off}: {why}",
+                             slopes=m))
     rng = np.random.default_rng(20240607)
     att_cases = [
         (True, (1, 4, 5, 5, 8), 8, "causal self-attention, 4 heads"),

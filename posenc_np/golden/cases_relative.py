@@ -127,10 +127,10 @@ def _rel(*parts) -> np.ndarray:
     return np.unique(np.concatenate([np.asarray(p, dtype=np.int64).ravel() for p in parts]))
 
 
-def _bucket_case(name, bidirectional, num_buckets, max_distance, rel, description):
-    direction = "bidirectional" if bidirectional else "unidirectional"
+def bucket_case(name, bidirectional, num_buckets, max_distance, rel, description):
+    """A ``t5_bucket`` case (exact buckets, with the floating-point ports' divergences)."""
     return CaseSpec(
-        name=f"relative.t5.bucket.{direction}.{name}",
+        name=name,
         encoding="t5_bucket",
         params={"bidirectional": bidirectional, "num_buckets": num_buckets, "max_distance": max_distance},
         conventions=conventions(sign=T5_SIGN, semantics=T5_SEMANTICS),
@@ -141,6 +141,12 @@ def _bucket_case(name, bidirectional, num_buckets, max_distance, rel, descriptio
         known_divergences=_t5_divergences(rel, bidirectional, num_buckets, max_distance),
         description=description,
     )
+def _bucket_case(tag, bidirectional, num_buckets, max_distance, rel, description):
+    direction = "bidirectional" if bidirectional else "unidirectional"
+    return bucket_case(f"relative.t5.bucket.{direction}.{tag}", bidirectional, num_buckets, max_distance, rel,
+                       description)
+
+
 def _bucket_cases() -> list[CaseSpec]:
     far = [-(2**40), -1000, -200, 200, 1000, 2**40]
     default_rel = _rel(np.arange(-140, 141), far)
@@ -167,14 +173,15 @@ def _bucket_cases() -> list[CaseSpec]:
     ]
 
 
-def _t5_bias_case(bidirectional, num_buckets, max_distance, num_heads, q_len, k_len, seed):
+def t5_bias_case(bidirectional, num_buckets, max_distance, num_heads, q_len, k_len, seed, *, name=None):
+    """A ``t5_bias`` case: the bias of a random table and its gradient for a random cotangent."""
     rng = np.random.default_rng(seed)
     direction = "bidirectional" if bidirectional else "unidirectional"
     dout = rng.standard_normal((num_heads, q_len, k_len))
     n = q_len * k_len  # at most every (i, j) of one head lands in one bucket
     tolerances, model = dot_terms((n, n * _maxabs(dout)), extra=0, copies=True)
     return CaseSpec(
-        name=f"relative.t5.bias.{direction}.nb{num_buckets}_md{max_distance}.h{num_heads}_q{q_len}_k{k_len}",
+        name=name or f"relative.t5.bias.{direction}.nb{num_buckets}_md{max_distance}.h{num_heads}_q{q_len}_k{k_len}",
         encoding="t5_bias",
         params={"bidirectional": bidirectional, "max_distance": max_distance, "q_len": q_len, "k_len": k_len},
         conventions=conventions(layout="table (num_buckets, num_heads); bias (num_heads, q_len, k_len)",
@@ -272,8 +279,8 @@ def _bert_case(mode, q_len, k_len, tag, seed):
 
 def cases() -> list[CaseSpec]:
     out = _bucket_cases()
-    out.append(_t5_bias_case(True, 8, 12, 2, 5, 16, 20261202))
-    out.append(_t5_bias_case(False, 8, 10, 3, 6, 14, 20261203))
+    out.append(t5_bias_case(True, 8, 12, 2, 5, 16, 20261202))
+    out.append(t5_bias_case(False, 8, 10, 3, 6, 14, 20261203))
     out += _shaw_cases()
     out.append(_bert_case("relative_key", 5, 5, "", 20261204))
     out.append(_bert_case("relative_key_query", 5, 5, "", 20261205))

@@ -157,6 +157,31 @@ def _txl_cases(rng) -> list[CaseSpec]:
     return out
 
 
+def log_bucket_case(name, bucket_size, max_position, rel, description, *, semantics=DEBERTA) -> CaseSpec:
+    """A ``relative.deberta.log_bucket`` case (exact, with the floating-point ports' divergences)."""
+    return CaseSpec(
+        name=name, encoding="relative.deberta.log_bucket",
+        params={"bucket_size": bucket_size, "max_position": max_position},
+        conventions=conventions(layout="elementwise", sign=QK, semantics=semantics), inputs={"relative_pos": rel},
+        tolerances=tol.exact(), error_model="exact: integer buckets", reference_call=REF_BUCKET,
+        known_divergences=_deberta_divergences(rel, bucket_size, max_position), description=description)
+
+
+def relative_positions_case(name, q_len, k_len, bucket_size, max_position, description, *,
+                            query_offset=None) -> CaseSpec:
+    """A ``relative.deberta.relative_positions`` case (exact)."""
+    params = {"q_len": q_len, "k_len": k_len, "bucket_size": bucket_size, "max_position": max_position}
+    if query_offset is not None:
+        params["query_offset"] = query_offset
+    return CaseSpec(
+        name=name, encoding="relative.deberta.relative_positions", params=params,
+        conventions=conventions(layout="(q_len, k_len)", sign=QK, semantics=DEBERTA),
+        inputs={}, tolerances=tol.exact(), error_model="exact: integer relative positions",
+        reference_call="transformers.models.deberta_v2.modeling_deberta_v2.build_relative_position(query_layer, "
+                       "key_layer, bucket_size, max_position)",
+        description=description)
+
+
 def _deberta_bucket_cases() -> list[CaseSpec]:
     out = []
     # b=256, M=512 (DeBERTa-v3, deberta-v2-xlarge): identity up to |r| = 128, then a new bucket
@@ -168,41 +193,21 @@ def _deberta_bucket_cases() -> list[CaseSpec]:
     steps = [131, 133, 201, 258, 303, 349, 411, 506, 512]
     pts = (set(range(0, 12)) | set(range(120, 140)) | set(steps) | {t - 1 for t in steps}
            | {216, 500, 402, 510, 511, 513, 1471, 2650, 4096, 100000})
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b256_m512",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 256, "max_position": 512},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
-        inputs={"relative_pos": _sym(pts)},
-        tolerances=tol.exact(), error_model="exact: integer buckets", reference_call=REF_BUCKET,
-        known_divergences=_deberta_divergences(_sym(pts), 256, 512),
-        description="DeBERTa-v2 make_log_bucket_position, position_buckets=256, max_relative_positions=512: "
-                    "identity for |r| <= 128, log buckets up to 255 at |r| = 511, odd in r",
-    ))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b256_m512", 256, 512, _sym(pts),
+        "DeBERTa-v2 make_log_bucket_position, position_buckets=256, max_relative_positions=512: "
+        "identity for |r| <= 128, log buckets up to 255 at |r| = 511, odd in r"))
     # A configuration where the ceiling's argument is an exact integer inside the table:
     # 8 ln(15/9) / ln(25/9) = 4 because (15/9)^8 = (25/9)^4. Exact bucket(15) = 13; a plain
     # float64 evaluation gives 4.000000000000001 and 14. Also r = 25 = M - 1 (value 8, exact).
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b18_m26.exact_tie",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 18, "max_position": 26},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA + "; ceiling of the exact value"),
-        inputs={"relative_pos": _sym(range(1, 41))},
-        tolerances=tol.exact(), error_model="exact: integer buckets", reference_call=REF_BUCKET,
-        known_divergences=_deberta_divergences(_sym(range(1, 41)), 18, 26),
-        description="log buckets b=18, M=26, |r| <= 40: r = +-15 sits exactly on a bucket boundary "
-                    "(exact 13, naive float64 14); float implementations must round the log ratio carefully",
-    ))
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b2_m4",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 2, "max_position": 4},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
-        inputs={"relative_pos": _sym([1, 2, 3, 4, 100])},
-        tolerances=tol.exact(), error_model="exact: integer buckets", reference_call=REF_BUCKET,
-        known_divergences=_deberta_divergences(_sym([1, 2, 3, 4, 100]), 2, 4),
-        description="smallest valid configuration: mid = 1, mid - 1 = 0, every |r| >= 1 maps to +-1",
-    ))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b18_m26.exact_tie", 18, 26, _sym(range(1, 41)),
+        "log buckets b=18, M=26, |r| <= 40: r = +-15 sits exactly on a bucket boundary "
+        "(exact 13, naive float64 14); float implementations must round the log ratio carefully",
+        semantics=DEBERTA + "; ceiling of the exact value"))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b2_m4", 2, 4, _sym([1, 2, 3, 4, 100]),
+        "smallest valid configuration: mid = 1, mid - 1 = 0, every |r| >= 1 maps to +-1"))
     return out
 
 
@@ -214,21 +219,13 @@ def _deberta_position_cases() -> list[CaseSpec]:
         (3, 6, -1, -1, 0, "query_offset=0: Hugging Face build_relative_position (query i at i)"),
         (2, 20, 8, 12, None, "decode-like block with log buckets b=8, M=12 (clamped beyond bucket 7)"),
     ):
-        params = {"q_len": q_len, "k_len": k_len, "bucket_size": b, "max_position": m}
         name = f"relative.deberta.relative_positions.q{q_len}_k{k_len}"
         if b > 0:
             name += f".b{b}_m{m}"
         if offset is not None:
-            params["query_offset"] = offset
             name += f".offset{offset}"
-        out.append(CaseSpec(
-            name=name, encoding="relative.deberta.relative_positions", params=params,
-            conventions=conventions(layout="(q_len, k_len)", sign=QK, semantics=DEBERTA),
-            inputs={}, tolerances=tol.exact(), error_model="exact: integer relative positions",
-            reference_call="transformers.models.deberta_v2.modeling_deberta_v2.build_relative_position(query_layer, "
-                           "key_layer, bucket_size, max_position)",
-            description=f"DeBERTa relative positions query - key; {why}",
-        ))
+        out.append(relative_positions_case(name, q_len, k_len, b, m, f"DeBERTa relative positions query - key; {why}",
+                                           query_offset=offset))
     return out
 
 

@@ -37,6 +37,7 @@ from . import tolerance as tol
 from .spec import CaseSpec, Encoding, LONG_POSITIONS, conventions, exact_normals, positions_up_to
 
 HF = "Hugging Face transformers 5.x"
+ROFORMER = "RoFormer (Su et al. 2021) eq. 13-15"
 HF_INIT = "transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS[{!r}](config)"
 HF_COS_SIN = "transformers LlamaRotaryEmbedding(config)(x, position_ids) -> (cos, sin) (per pair: cos[..., :d/2])"
 META_CIS = "Meta llama precompute_freqs_cis(dim, end, theta) (real part cos, imaginary part sin)"
@@ -259,12 +260,12 @@ FREQ_MODEL = ("rounded: float64 frequencies as an ordinary implementation comput
 
 # --------------------------------------------------------------------------- cases
 
-def _conv(layout="n/a", semantics="RoFormer (Su et al. 2021) eq. 13-15", scale="n/a"):
+def _conv(layout="n/a", semantics=ROFORMER, scale="n/a"):
     return conventions(layout=layout, sign="counter-clockwise: a' = a cos t - b sin t, b' = a sin t + b cos t",
                        scale_placement=scale, semantics=semantics)
 
 
-_AF = "attention_factor multiplies both cos and sin (logits scale by its square)"
+AF = "attention_factor multiplies both cos and sin (logits scale by its square)"
 
 #: Realistic configurations (published config.json values; tests/fixtures/hf_configs/README.md).
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -293,8 +294,9 @@ PHI3_LONGROPE = {"rope_type": "longrope", "short_factor": PHI3_SHORT_FACTOR, "lo
                  "original_max_position_embeddings": 4096}
 
 
-def _rope_params(head_dim, base, scaling=None, *, rotary_dim=None, layout=None, seq_len=None, max_pos=None):
-    """Case parameters; ``rotary_dim`` follows Hugging Face's rules unless given."""
+def rope_params(head_dim, base, scaling=None, *, rotary_dim=None, layout=None, seq_len=None, max_pos=None):
+    """Case parameters (``head_dim``, ``rotary_dim``, ``base``, ``scaling``, ``seq_len``,
+    ``max_position_embeddings``, ``layout``); ``rotary_dim`` follows Hugging Face's rules unless given."""
     sc = scaling or {}
     if rotary_dim is None:
         prf = sc.get("partial_rotary_factor")
@@ -312,12 +314,13 @@ def _reference(kind: str) -> str:
     return HF_INIT.format(kind if kind != "mrope" else "default")
 
 
-def _inv_freq_case(name, params, semantics, description) -> CaseSpec:
+def inv_freq_case(name, params, semantics, description) -> CaseSpec:
+    """A ``rope.inv_freq`` case (frequencies, attention factor, YaRN ranges, llama3 band counts)."""
     w, k = _freq_units(params)
     rel = max(float(np.max(k[w > 0], initial=0.0)), 12.0) * tol.UNIT_ROUNDOFF["float64"]
     return CaseSpec(
-        name=f"rope.inv_freq.{name}", encoding="rope.inv_freq", params=params,
-        conventions=_conv(semantics=semantics, scale=_AF), inputs={},
+        name=name, encoding="rope.inv_freq", params=params,
+        conventions=_conv(semantics=semantics, scale=AF), inputs={},
         tolerances=tol.rounded(rel64=rel, dtypes=("float64", "float32")), error_model=FREQ_MODEL,
         reference_call=_reference(_kind(params)), description=description)
 
@@ -326,8 +329,9 @@ def _inv_freq_cases() -> list[CaseSpec]:
     out = []
 
     def add(name, dim, base, scaling, semantics, description, *, seq_len=None, max_pos=None):
-        out.append(_inv_freq_case(name, _rope_params(dim, base, scaling, seq_len=seq_len, max_pos=max_pos),
-                                  semantics, description))
+        out.append(inv_freq_case(f"rope.inv_freq.{name}",
+                                 rope_params(dim, base, scaling, seq_len=seq_len, max_pos=max_pos), semantics,
+                                 description))
 
     add("default.d64_base10000", 64, 10000.0, None, "RoFormer: inv_freq[i] = base^(-2i/d)",
         "unscaled RoPE frequencies, d=64, base 1e4; attention factor 1")
@@ -397,7 +401,8 @@ def _inv_freq_cases() -> list[CaseSpec]:
     return out
 
 
-def _table_case(name, params, positions, semantics, description, *, scale="n/a") -> CaseSpec:
+def table_case(name, params, positions, semantics, description, *, scale="n/a") -> CaseSpec:
+    """A ``rope.cos_sin`` case with the table error model."""
     layout = params["layout"]
     return CaseSpec(
         name=name, encoding="rope.cos_sin", params=params, conventions=_conv(layout, semantics, scale),
@@ -405,11 +410,12 @@ def _table_case(name, params, positions, semantics, description, *, scale="n/a")
         reference_call=HF_COS_SIN if layout == "half" else META_CIS, description=description)
 
 
-def _apply_case(name, params, positions, x, dy, semantics, description, *, inputs_exact=True) -> CaseSpec:
+def apply_case(name, params, positions, x, dy, semantics, description, *, inputs_exact=True) -> CaseSpec:
+    """A ``rope.apply`` case (rotation and its gradient) with the rotation error model."""
     layout = params["layout"]
     return CaseSpec(
         name=name, encoding="rope.apply", params=params,
-        conventions=_conv(layout, semantics, _AF if params.get("scaling") else "n/a"),
+        conventions=_conv(layout, semantics, AF if params.get("scaling") else "n/a"),
         inputs={"x": x, "positions": positions, "dy": dy},
         tolerances=_rotation_tol(params, positions, x, dy, inputs_exact=inputs_exact),
         error_model=ROTATION_MODEL + ("" if inputs_exact else "; inputs rounded once to the dtype"),
@@ -441,23 +447,23 @@ def _long_cases(rng) -> list[CaseSpec]:
     out = []
     for tag, head, base, scaling, context, extra in LONG_CONFIGS:
         kind = _kind({"scaling": scaling})
-        params = _rope_params(head, base, scaling, layout="half", **extra)
+        params = rope_params(head, base, scaling, layout="half", **extra)
         positions = positions_up_to(context)
-        semantics = f"{HF} {kind}" if scaling else "RoFormer (Su et al. 2021) eq. 13-15"
-        scale = _AF if scaling else "n/a"
-        out.append(_table_case(f"rope.cos_sin.long.{tag}", params, positions, semantics,
+        semantics = f"{HF} {kind}" if scaling else ROFORMER
+        scale = AF if scaling else "n/a"
+        out.append(table_case(f"rope.cos_sin.long.{tag}", params, positions, semantics,
                                f"long-context tables, {len(positions)} positions up to {positions.max()} "
                                f"(4k/8k/32k/128k/1M/10M boundaries and neighbours, as far as the context)",
                                scale=scale))
         if tag in LONG_APPLY:
             x, dy = exact_normals(rng, (positions.size, head)), exact_normals(rng, (positions.size, head))
-            out.append(_apply_case(f"rope.apply.long.{tag}", params, positions, x, dy, semantics,
+            out.append(apply_case(f"rope.apply.long.{tag}", params, positions, x, dy, semantics,
                                    f"long-context rotation and its gradient at {positions.size} positions up to "
                                    f"{positions.max()}, x of shape ({positions.size}, {head})"))
-    interleaved = _rope_params(64, 10000.0, layout="interleaved")
+    interleaved = rope_params(64, 10000.0, layout="interleaved")
     pos = np.array(LONG_POSITIONS, dtype=np.int64)
-    out.append(_table_case("rope.cos_sin.long.default.d64_base10000.interleaved", interleaved, pos,
-                           "RoFormer (Su et al. 2021) eq. 13-15",
+    out.append(table_case("rope.cos_sin.long.default.d64_base10000.interleaved", interleaved, pos,
+                           ROFORMER,
                            "interleaved (Meta) tables up to position 10^7"))
     return out
 
@@ -469,13 +475,13 @@ def cases() -> list[CaseSpec]:
     floats = np.array([0.0, 0.5, 1.25, 7.75, 1.0e4 + 0.5, 65535.0])
     for layout, dim, pos, tag in (("half", 8, ints, "int"), ("interleaved", 8, ints, "int"),
                                   ("half", 16, floats, "float"), ("interleaved", 16, floats, "float")):
-        out.append(_table_case(f"rope.cos_sin.{layout}.d{dim}.{tag}", _rope_params(dim, 10000.0, layout=layout), pos,
-                               "RoFormer (Su et al. 2021) eq. 13-15",
+        out.append(table_case(f"rope.cos_sin.{layout}.d{dim}.{tag}", rope_params(dim, 10000.0, layout=layout), pos,
+                               ROFORMER,
                                f"cos/sin tables, {layout} layout, d={dim}, {tag} positions"))
     yarn16 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}
-    out.append(_table_case("rope.cos_sin.half.d16.yarn_attention_factor",
-                           _rope_params(16, 10000.0, yarn16, layout="half"), np.arange(0, 600, 50),
-                           f"{HF} yarn", "YaRN tables: both cos and sin carry g(8) = 1.2079", scale=_AF))
+    out.append(table_case("rope.cos_sin.half.d16.yarn_attention_factor",
+                           rope_params(16, 10000.0, yarn16, layout="half"), np.arange(0, 600, 50),
+                           f"{HF} yarn", "YaRN tables: both cos and sin carry g(8) = 1.2079", scale=AF))
     out += _long_cases(rng)
 
     pos6 = np.array([0, 1, 2, 7, 100, 2047], dtype=np.int64)
@@ -489,16 +495,16 @@ def cases() -> list[CaseSpec]:
         ("half.yarn.d16", "half", 16, None, yarn16, "YaRN frequencies and attention factor g(8) in the rotation"),
     ]
     for tag, layout, width, rotary, scaling, desc in apply_cases:
-        params = _rope_params(width, 10000.0, scaling, rotary_dim=rotary, layout=layout)
+        params = rope_params(width, 10000.0, scaling, rotary_dim=rotary, layout=layout)
         x, dy = exact_normals(rng, (pos6.size, width)), exact_normals(rng, (pos6.size, width))
         kind = _kind(params)
-        out.append(_apply_case(f"rope.apply.{tag}", params, pos6, x, dy,
-                               f"{HF} {kind}" if scaling else "RoFormer (Su et al. 2021) eq. 13-15",
+        out.append(apply_case(f"rope.apply.{tag}", params, pos6, x, dy,
+                               f"{HF} {kind}" if scaling else ROFORMER,
                                f"{desc}; y = R x and its gradient dx = R^T dy, x of shape (6, {width})"))
     batch_pos = np.array([[0, 1, 2, 3, 4], [1000, 1001, 1002, 1003, 1004]], dtype=np.int64)
-    params = _rope_params(16, 10000.0, layout="half")
+    params = rope_params(16, 10000.0, layout="half")
     x, dy = exact_normals(rng, (2, 3, 5, 16)), exact_normals(rng, (2, 3, 5, 16))
-    out.append(_apply_case("rope.apply.batched.half.d16.b2_h3_s5", params, batch_pos, x, dy,
+    out.append(apply_case("rope.apply.batched.half.d16.b2_h3_s5", params, batch_pos, x, dy,
                            "RoFormer (Su et al. 2021) eq. 13-15; x (batch, heads, seq, head_dim), positions "
                            "(batch, seq) shared by the heads",
                            "batched rotation: two sequences at different offsets (0.. and 1000..), 3 heads"))
