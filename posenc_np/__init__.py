@@ -14,8 +14,8 @@ import importlib
 from ._version import __version__
 
 _SUBMODULES = {
-    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "relative", "rope",
-    "study", "testing", "train",
+    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "precision", "relative",
+    "rope", "study", "testing", "train",
 }
 
 __all__ = ["__version__", *sorted(_SUBMODULES)]
