@@ -486,19 +486,21 @@ def _scale(hi, lo, factor: float):
     return p, e + lo * factor
 
 
-def _run(pos: Positions, tc: TurnConstants, amplitude: float):
-    """:func:`_kernel` over chunks of rows; four arrays of shape ``pos.shape + (n,)``."""
+def _run(pos: Positions, tc: TurnConstants, amplitude: float, *, rounded: bool):
+    """:func:`_kernel` over chunks of rows: ``(c_hi, c_lo, s_hi, s_lo)``, or the rounded ``(cos, sin)``,
+    each of shape ``pos.shape + (n,)``."""
     n = tc.size
     whole = pos.whole.reshape(-1)
     frac = None if pos.frac is None else pos.frac.reshape(-1)
     if frac is not None and n and np.abs(tc.u_hi).max() >= 2.0 ** 57:
         raise ValueError("non-integer positions need frequencies |w| < 2**60 (a larger w turns more than "
                          "2**57 times per unit position)")
-    out = [np.empty((whole.size, n)) for _ in range(4)]
+    out = [np.empty((whole.size, n)) for _ in range(2 if rounded else 4)]
     rows = max(1, _CHUNK // max(n, 1))
     for start in range(0, whole.size, rows):
         sl = slice(start, start + rows)
-        parts = _kernel(whole[sl], None if frac is None else frac[sl], tc, amplitude)
+        c_hi, c_lo, s_hi, s_lo = _kernel(whole[sl], None if frac is None else frac[sl], tc, amplitude)
+        parts = (c_hi + c_lo, s_hi + s_lo) if rounded else (*fast_two_sum(c_hi, c_lo), *fast_two_sum(s_hi, s_lo))
         for dst, src in zip(out, parts):
             dst[sl] = src
     return tuple(o.reshape(pos.shape + (n,)) for o in out)
@@ -513,15 +515,13 @@ def dd_cos_sin(pos: Positions, tc: TurnConstants, *, amplitude: float = 1.0):
     :math:`|\omega| \ge 2^{60}` are refused for non-integer positions (the double-double
     product would lose the fraction).
     """
-    c_hi, c_lo, s_hi, s_lo = _run(pos, tc, amplitude)
-    return (*fast_two_sum(c_hi, c_lo), *fast_two_sum(s_hi, s_lo))
+    return _run(pos, tc, amplitude, rounded=False)
 
 
 def cos_sin(pos: Positions, tc: TurnConstants, *, amplitude: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """float64 ``amplitude * cos(p w)`` and ``amplitude * sin(p w)``, shape ``pos.shape + (n,)``:
     the double-doubles of :func:`dd_cos_sin` rounded once (within one ulp, almost always correctly rounded)."""
-    c_hi, c_lo, s_hi, s_lo = _run(pos, tc, amplitude)
-    return c_hi + c_lo, s_hi + s_lo
+    return _run(pos, tc, amplitude, rounded=True)
 
 
 def float32_split(pos: Positions, tc: TurnConstants) -> tuple[np.ndarray, np.ndarray]:
@@ -531,8 +531,9 @@ def float32_split(pos: Positions, tc: TurnConstants) -> tuple[np.ndarray, np.nda
     :math:`\cos p\omega = \cos A\cos B - \sin A\sin B`, :math:`\sin p\omega = \sin A\cos B + \cos A\sin B`,
     :math:`A = a 2^{12}\omega`, :math:`B = b\,\omega`. The small tables (the distinct :math:`b` and
     :math:`a` present) hold exact values rounded to float32; each entry then costs two float32
-    products and one float32 sum, so the error does not grow with the position (measured
-    below 1.2e-7; the bound from the five roundings is :math:`4.83 \cdot 2^{-25} = 1.44 \cdot 10^{-7}`).
+    products and one float32 sum, so the error does not grow with the position: at most
+    :math:`4.83 \cdot 2^{-25} = 1.44 \cdot 10^{-7}` (five roundings of values up to 1); measured
+    1.43e-7 over :math:`10^7` entries at positions up to :math:`2^{53}`.
     Positions must be integers.
     """
     if pos.frac is not None:

@@ -16,8 +16,9 @@ Three measurements:
     (``rope.cos_sin(method="direct")``, error below ``1e-9`` there, far below any threshold).
     A recipe whose error cannot reach the threshold by a bound that does not depend on the
     position (exact tables in any dtype, the float32 split, float64) is reported as ``never``
-    with that bound, not scanned. If the scan ends without a crossing, the first sampled
-    position past the threshold (if any) is reported as an upper bound.
+    with that bound; recipes with such a bound above the threshold are scanned over the first
+    :data:`STEADY_SCAN` positions only (their error does not grow). If the scan ends without a
+    crossing, the first sampled position past the threshold (if any) is reported as an upper bound.
 *Relative invariance*: :func:`posenc_np.precision.invariance_breakage` at shifts up to the
     maximum position.
 
@@ -59,7 +60,7 @@ from .precision import (
     recipe_names,
 )
 
-__all__ = ["DELTAS", "OUTPUTS", "PER_BIN", "QK_PAIRS", "report", "run_cli", "write_report"]
+__all__ = ["DELTAS", "OUTPUTS", "PER_BIN", "QK_PAIRS", "STEADY_SCAN", "report", "run_cli", "write_report"]
 
 #: Key distances of the logit measurement.
 DELTAS = (1, 7, 63, 511, 4095)
@@ -67,6 +68,8 @@ DELTAS = (1, 7, 63, 511, 4095)
 QK_PAIRS = 2
 #: Random positions per log-spaced bin.
 PER_BIN = 40
+#: Positions scanned for recipes whose error does not grow with the position (exact tables in any dtype).
+STEADY_SCAN = 1 << 16
 #: Files a report writes, in this order (``precision.json`` last: it is the manifest).
 OUTPUTS = ("precision.png", "precision.md", "precision.json")
 TOOL = "posenc-np precision"
@@ -209,15 +212,17 @@ def _sampled(setup, names, samples, vectors, tick):
     return out
 
 
-def _scan(setup, names, thresholds, scan_limit, vectors, tick, block=8192):
-    """First position below ``scan_limit`` past each threshold, per recipe: ``{name: {"table": (p, err) | None, ...}}``."""
-    first = {name: {"table": None, "logit": None} for name in names}
+def _scan(setup, limits, thresholds, vectors, tick, block=8192):
+    """First position below ``limits[name]`` past each threshold, per recipe:
+    ``{name: {"table": (p, err) | None, "logit": ...}}``."""
+    first = {name: {"table": None, "logit": None} for name in limits}
+    scan_limit = max(limits.values(), default=0)
     for start in range(0, scan_limit, block):
-        todo = [n for n in names if None in first[n].values()]
+        todo = [n for n in limits if None in first[n].values() and limits[n] > start]
         if not todo:
             tick(-(-(scan_limit - start) // block), stage="scan")
             break
-        queries = np.arange(start, min(start + block, scan_limit))
+        queries = np.arange(start, min(start + block, scan_limit))  # every todo limit is a multiple of block
         pos = np.arange(max(0, start - max(DELTAS)), queries[-1] + 1)  # contiguous: rows are slices
         ref = _direct_reference(setup, pos)
 
@@ -235,9 +240,11 @@ def _scan(setup, names, thresholds, scan_limit, vectors, tick, block=8192):
     return first
 
 
-def _where_first(key, name, bound, scanned, found, sampled_err, samples, thresholds, scan_limit) -> dict:
-    """The JSON record of where ``name`` first passes the ``key`` threshold (see :func:`report`)."""
-    if not scanned and bound is not None and bound <= thresholds[key]:
+def _where_first(key, bound, scan_limit, found, sampled_err, samples, thresholds) -> dict:
+    """The JSON record of where a recipe first passes the ``key`` threshold (see :func:`report`):
+    ``never`` when a position-independent bound proves it, else the scan's (``scan_limit`` positions)
+    or the samples' first crossing."""
+    if bound is not None and bound <= thresholds[key]:
         return {"position": None, "how": "never", "bound": bound}
     if found is not None:
         return {"position": found[0], "error": _num(found[1]), "how": "scan"}
@@ -268,8 +275,11 @@ def report(setup: RopeSetup, dtype: str, max_position: int, *, table_threshold: 
     sampled = _sampled(setup, names, samples, vectors, tick)
     bounds = {name: {"table": _table_bound(name, setup, max_position),
                      "logit": _logit_bound(name, setup, max_position, *vectors)} for name in names}
-    scanned = [n for n in names if any(b is None or b > thresholds[k] for k, b in bounds[n].items())]
-    first = _scan(setup, scanned, thresholds, scan_limit, vectors, tick)
+    # recipes whose error cannot pass a threshold are not scanned; errors that do not grow with the
+    # position are scanned over the first STEADY_SCAN positions only
+    limits = {n: scan_limit if b["table"] is None else min(scan_limit, STEADY_SCAN)
+              for n, b in bounds.items() if any(v is None or v > thresholds[k] for k, v in b.items())}
+    first = _scan(setup, limits, thresholds, vectors, tick)
     shifts = [s for s in _SHIFTS if s + 32 <= max_position + 1]
     bins = _bins(max_position)
     bands = [(a, min(b, max_position + 1)) for a, b in pairwise(_BAND_EDGES) if a < max_position]
@@ -287,8 +297,8 @@ def report(setup: RopeSetup, dtype: str, max_position: int, *, table_threshold: 
                      for i, (a, b) in enumerate(bins)],
             "bands": [{"lo": a, "hi": b, **{k: _num(e[(samples >= a) & (samples < b)].max()) for k, e in errors.items()}}
                       for a, b in bands],  # never empty: every bin's last position is sampled
-            "first": {k: _where_first(k, name, bounds[name][k], name in scanned, first.get(name, {}).get(k),
-                                      errors[k], samples, thresholds, scan_limit) for k in ("table", "logit")},
+            "first": {k: _where_first(k, bounds[name][k], limits.get(name, 0), first.get(name, {}).get(k),
+                                      errors[k], samples, thresholds) for k in ("table", "logit")},
             "invariance": [{"shift": s, "logit": _num(v)} for s, v in zip(shifts, invariance)],
         })
     return {"tool": TOOL, "version": __version__, "setup": setup.describe(), "dtype": dtype,
@@ -352,9 +362,10 @@ def markdown(result: dict) -> str:
         lines.append(f"| `{r['name']}` | {r['title']} ({r['source']}) | {_where(r['first']['table'])} | "
                      f"{_where(r['first']['logit'])} |")
     lines += ["", (f"Positions in bold come from an exhaustive scan of every position below "
-                   f"{result['scan_limit']:,} (against float64 tables, error < 1e-9 there); `<=` marks the first "
-                   "sampled position past the threshold when the scan found none; `never` is a bound that holds at "
-                   "every position."), ""]
+                   f"{result['scan_limit']:,} (below {min(STEADY_SCAN, result['scan_limit']):,} for recipes whose "
+                   "error does not grow with the position), against float64 tables (error < 1e-9 there); `<=` "
+                   "marks the first sampled position past the threshold when the scan found none; `never` is a "
+                   "bound that holds at every position."), ""]
     for key, what in (("table", "largest table-entry error |table - exact|"),
                       ("logit", f"largest logit error (keys at p - {', '.join(map(str, result['deltas']))})")):
         bands = recipes[0]["bands"]
@@ -528,6 +539,8 @@ def run_cli(args) -> int:
     """Entry point of ``posenc-np precision``."""
     setup, max_position = _setup_from_args(args)
     out = os.fspath(args.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out} exists and is not a directory")
     if os.path.isdir(out):
         _check_clobber(out, args.force)  # fail before the work, not after
     total = work_units(args.dtype, setup, max_position, args.scan_limit)

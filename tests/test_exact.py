@@ -184,7 +184,7 @@ def test_representable_positions_only():
 
 
 def test_direct_method_is_the_ordinary_float64_table():
-    inv, af = rope.inv_freq(32)
+    inv, _ = rope.inv_freq(32)
     pos = np.array([0, 5, 77777, 10 ** 7])
     cos, sin = rope.cos_sin(pos, inv, attention_factor=1.25, method="direct")
     angles = pos[:, None].astype(np.float64) * np.asarray(inv)

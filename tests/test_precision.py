@@ -231,6 +231,6 @@ def test_read_hf_config(tmp_path):
 def test_import_is_light():
     code = ("import sys, posenc_np.precision, posenc_np.precision_report; "
             "print([m for m in ('numba', 'mpmath', 'matplotlib') if m in sys.modules])")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]"

@@ -28,7 +28,7 @@ def test_help(capsys):
 
 
 def test_quick_report_files_and_first_crossing(tmp_path, capsys):
-    rc, out, err = _run(capsys, *QUICK, "--out", str(tmp_path))
+    rc, _, err = _run(capsys, *QUICK, "--out", str(tmp_path))
     assert rc == 0, err
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["precision.json", "precision.md", "precision.png"]
@@ -74,6 +74,8 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
         ["--head-dim", "32", "--scaling", '{"rope_type": "yarn"}'],
         ["--head-dim", "31"],
     ]
+    cases.append(["--head-dim", "32", "--scan-limit", "-1"])
+    cases.append(["--head-dim", "32", "--table-threshold", "0"])
     cfg.write_text(json.dumps({"rope_theta": 10000.0, "head_dim": "abc"}))
     for args in cases:
         rc, _, err = _run(capsys, "precision", *args, "--max-position", "100", "--out", str(tmp_path / "o"),
@@ -81,6 +83,8 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
         assert rc == 2, args
         assert err.startswith("posenc-np: error:") and err.count("\n") == 1, err
     assert not (tmp_path / "o").exists()
+    rc, _, err = _run(capsys, *QUICK, "--out", str(cfg))  # a file, not a directory
+    assert rc == 2 and "not a directory" in err
     cfg.write_text(json.dumps({"rope_theta": 10000.0, "head_dim": 64}))
     rc, _, err = _run(capsys, "precision", "--hf-config", str(cfg), "--out", str(tmp_path / "o"))
     assert rc == 2 and "--max-position" in err  # no max_position_embeddings to default to
