@@ -207,8 +207,8 @@ def read_hf_config(source, *, seq_len: int | None = None) -> RopeSetup:
     """A :class:`RopeSetup` from a Hugging Face ``config.json`` (a path or an already parsed dict).
 
     Reads ``rope_theta``, ``rope_parameters`` (transformers 5.x) or ``rope_scaling`` (4.x),
-    ``head_dim`` (else ``hidden_size // num_attention_heads``), ``partial_rotary_factor`` and
-    ``max_position_embeddings``. A file that is missing, unreadable, not JSON, larger than 4 MiB
+    ``head_dim`` (else ``hidden_size // num_attention_heads``), ``partial_rotary_factor``,
+    ``max_position_embeddings`` and a top-level ``original_max_position_embeddings`` (Phi-3). A file that is missing, unreadable, not JSON, larger than 4 MiB
     or without RoPE parameters is a ``ValueError`` naming the problem.
     """
     if isinstance(source, dict):
@@ -242,6 +242,10 @@ def read_hf_config(source, *, seq_len: int | None = None) -> RopeSetup:
         scaling.pop("rope_theta", None)
         if (scaling.get("rope_type") or scaling.get("type") or "default") == "default" and len(scaling) <= 1:
             scaling = None
+    top_l0 = cfg.get("original_max_position_embeddings")  # Phi-3 keeps LongRoPE's L0 at the top level
+    if scaling is not None and top_l0 is not None and "original_max_position_embeddings" not in scaling and (
+            scaling.get("rope_type") or scaling.get("type")) in ("yarn", "longrope", "llama3"):
+        scaling["original_max_position_embeddings"] = top_l0
     prf = cfg.get("partial_rotary_factor")
     if prf is not None and prf != 1.0:
         scaling = dict(scaling or {"rope_type": "default"})

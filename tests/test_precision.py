@@ -210,6 +210,12 @@ def test_read_hf_config(tmp_path):
     v5 = P.read_hf_config({"head_dim": 64, "hidden_size": 1, "num_attention_heads": 1,
                            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
     assert (v5.base, v5.scaling, v5.pairs) == (1e6, None, 32)
+    phi3 = P.read_hf_config({"hidden_size": 3072, "num_attention_heads": 32, "rope_theta": 10000.0,
+                             "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                             "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48,
+                                              "long_factor": [2.0] * 48}})
+    assert phi3.scaling["original_max_position_embeddings"] == 4096
+    assert phi3.describe()["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA31))
     assert P.read_hf_config(path).rope_type == "llama3"
