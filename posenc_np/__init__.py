@@ -15,8 +15,8 @@ import importlib
 from ._version import __version__
 
 _SUBMODULES = {
-    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "relative", "rope",
-    "sklearn", "study", "testing", "train",
+    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "precision", "relative",
+    "rope", "sklearn", "study", "testing", "train",
 }
 
 __all__ = ["__version__", *sorted(_SUBMODULES)]

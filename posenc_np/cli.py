@@ -7,6 +7,7 @@ Subcommands::
     posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json]
     posenc-np golden list [--only NAME ...] [--hf-config config.json]
     posenc-np study extrapolation --out DIR [--quick]
+    posenc-np precision (--hf-config CONFIG_JSON | --head-dim N ...) --dtype D --max-position P --out DIR
 
 Errors in arguments, paths or the environment print one ``posenc-np: error: ...`` line on
 stderr and exit with status 2; a closed output pipe (``posenc-np golden list | head``) ends
@@ -111,6 +112,41 @@ def _study(args) -> int:
     return run_extrapolation_cli(args)
 
 
+def _precision(args) -> int:
+    from .precision_report import run_cli
+
+    return run_cli(args)
+
+
+def _add_precision_parser(sub) -> None:
+    from .precision import DTYPES
+
+    prec = sub.add_parser(
+        "precision", help="how accurate is a RoPE configuration's table in a dtype, per recipe",
+        description="Measure the RoPE tables of common pipelines (Hugging Face float32, Meta complex64, llama.cpp, "
+                    "reduced-precision casts, this library) against exact values for one configuration, dtype and "
+                    "maximum position; write precision.json, precision.md and precision.png (matplotlib) into --out "
+                    "and name the first position where each recipe exceeds the thresholds.")
+    src = prec.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hf-config", metavar="CONFIG_JSON", help="a Hugging Face config.json")
+    src.add_argument("--head-dim", type=int, help="head dim (explicit parameters instead of a config)")
+    prec.add_argument("--base", type=float, help="rope_theta with --head-dim (default 10000)")
+    prec.add_argument("--scaling", metavar="JSON", help="a rope_scaling / rope_parameters dict as JSON, with --head-dim")
+    prec.add_argument("--max-position-embeddings", type=int, help="the model's context (scaling types that need it)")
+    prec.add_argument("--dtype", choices=DTYPES, default="float32", help="the model's dtype (default float32)")
+    prec.add_argument("--max-position", type=int,
+                      help="largest position to measure (default: the config's max_position_embeddings)")
+    prec.add_argument("--out", required=True, help="output directory")
+    prec.add_argument("--force", action="store_true", help="overwrite precision.* files this tool did not write")
+    prec.add_argument("--table-threshold", type=float, default=1e-3, help="table-entry error threshold (1e-3)")
+    prec.add_argument("--logit-threshold", type=float, default=1e-2, help="logit error threshold (1e-2)")
+    prec.add_argument("--scan-limit", type=int, default=2 ** 18,
+                      help="scan every position below this for the first crossing (default 262144)")
+    prec.add_argument("--seed", type=int, default=0, help="seed of the sampled positions and random q/k")
+    prec.add_argument("--no-progress", action="store_true", help="no progress bar or summary")
+    prec.set_defaults(func=_precision)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="posenc-np", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"posenc-np {__version__}")
@@ -177,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
     ext.add_argument("--seed", type=int, default=0, help="base random seed")
     ext.add_argument("--no-progress", action="store_true", help="do not show progress")
     ext.set_defaults(func=_study)
+
+    _add_precision_parser(sub)
     return parser
 
 
