@@ -102,7 +102,7 @@ class RopeConfig:
     base: float
     scaling: dict | None
     max_position_embeddings: int | None
-    context: int
+    context: int | None
     layer_type: str | None = None
     mrope_section: tuple | None = None
     mrope_interleaved: bool = False
@@ -136,11 +136,12 @@ class ModelConfig:
     (``num_heads``, ``max_bias``, ``form``), ``t5`` (``num_buckets``, ``max_distance``,
     ``num_heads``, ``bidirectional``: the directions the model uses) or ``deberta``
     (``position_buckets``, ``max_relative_positions``, ``span``, ``pos_att_type``, ``num_heads``,
-    ``head_dim``)."""
+    ``head_dim``). ``context`` is ``None`` for a RoPE config without ``max_position_embeddings``
+    (its frequencies are known, how far its positions go is not)."""
 
     model_type: str
     family: str
-    context: int
+    context: int | None
     rope: tuple[RopeConfig, ...] = ()
     alibi: dict = field(default_factory=dict)
     t5: dict = field(default_factory=dict)
@@ -226,6 +227,8 @@ def _head_dim(cfg: dict, where: str) -> int:
         _fail(where, "head_dim", "is missing, and so are hidden_size and num_attention_heads to derive it")
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 2:
         _fail(where, "hidden_size", f"must be an integer >= 2, got {hidden!r}")
+    if all(cfg.get(k) is None for k in ("num_attention_heads", "n_head", "n_heads")):
+        _fail(where, "head_dim", "is missing, and so is num_attention_heads to derive it from hidden_size")
     return hidden // _heads(cfg, where)
 
 
@@ -316,7 +319,8 @@ def _rope_config(cfg: dict, model_type: str, where: str) -> ModelConfig:
             raise ValueError(f"{where}: rope parameters{'' if layer_type is None else f' of {layer_type}'}: "
                              f"{exc}") from None
         layers.append(_with_context(layer, where))
-    return ModelConfig(model_type=model_type, family="rope", context=max(r.context for r in layers),
+    contexts = [r.context for r in layers if r.context is not None]
+    return ModelConfig(model_type=model_type, family="rope", context=max(contexts) if contexts else None,
                        rope=tuple(layers), source=where)
 
 
@@ -329,9 +333,7 @@ def _with_context(layer: RopeConfig, where: str) -> RopeConfig:
     if kind == "dynamic" and factor and layer.max_position_embeddings:
         candidates.append(int(factor * layer.max_position_embeddings))
     context = max(candidates)
-    if context < 2:
-        _fail(where, "max_position_embeddings", "is missing: the context the positions must reach is unknown")
-    return RopeConfig(**{**layer.__dict__, "context": context})
+    return RopeConfig(**{**layer.__dict__, "context": context if context >= 2 else None})
 
 
 # --------------------------------------------------------------------------- ALiBi, T5, DeBERTa

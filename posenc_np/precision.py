@@ -203,66 +203,29 @@ class RopeSetup:
                 "attention_factor": af}
 
 
-def read_hf_config(source, *, seq_len: int | None = None) -> RopeSetup:
+def read_hf_config(source, *, seq_len: int | None = None, layer_type: str | None = None) -> RopeSetup:
     """A :class:`RopeSetup` from a Hugging Face ``config.json`` (a path or an already parsed dict).
 
-    Reads ``rope_theta``, ``rope_parameters`` (transformers 5.x) or ``rope_scaling`` (4.x),
-    ``head_dim`` (else ``hidden_size // num_attention_heads``), ``partial_rotary_factor``,
-    ``max_position_embeddings`` and a top-level ``original_max_position_embeddings`` (Phi-3). A file that is missing, unreadable, not JSON, larger than 4 MiB
-    or without RoPE parameters is a ``ValueError`` naming the problem.
+    The file is read by :func:`posenc_np.hf_config.read_hf_config`, the library's one reader of
+    Hugging Face configurations (every spelling of the RoPE keys transformers 5.x accepts; a
+    missing, unreadable, oversized or contradictory file is a ``ValueError`` naming the
+    problem). A model with one rope dict per layer type (Gemma 3) gives one setup per
+    ``layer_type``; the first is taken unless one is named. A model without RoPE (ALiBi, T5,
+    DeBERTa) is a ``ValueError``.
     """
-    if isinstance(source, dict):
-        cfg, where = source, "config"
-    else:
-        where = os.fspath(source)
-        try:
-            with open(where, "rb") as fh:
-                raw = fh.read(_MAX_CONFIG_BYTES + 1)
-        except OSError as exc:
-            raise ValueError(f"cannot read {where}: {exc.strerror or exc}") from None
-        if len(raw) > _MAX_CONFIG_BYTES:
-            raise ValueError(f"{where} is larger than {_MAX_CONFIG_BYTES} bytes; not a config.json")
-        try:
-            cfg = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{where} is not valid JSON: {exc}") from None
-        if not isinstance(cfg, dict):
-            raise ValueError(f"{where} must hold a JSON object, got {type(cfg).__name__}")
-    if isinstance(cfg.get("text_config"), dict) and "rope_theta" not in cfg and "rope_parameters" not in cfg:
-        cfg = cfg["text_config"]  # multimodal configs keep the language model's settings here
-    params = cfg.get("rope_parameters", cfg.get("rope_scaling"))
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f"{where}: rope_parameters / rope_scaling must be an object, got {params!r}")
-    scaling = dict(params) if params else None
-    theta = cfg.get("rope_theta", (scaling or {}).get("rope_theta"))
-    if theta is None:
-        raise ValueError(f"{where} has no 'rope_theta' (nor rope_parameters['rope_theta']): "
-                         "not a RoPE model, or pass --base explicitly")
-    if scaling is not None:
-        scaling.pop("rope_theta", None)
-        if (scaling.get("rope_type") or scaling.get("type") or "default") == "default" and len(scaling) <= 1:
-            scaling = None
-    top_l0 = cfg.get("original_max_position_embeddings")  # Phi-3 keeps LongRoPE's L0 at the top level
-    if scaling is not None and top_l0 is not None and "original_max_position_embeddings" not in scaling and (
-            scaling.get("rope_type") or scaling.get("type")) in ("yarn", "longrope", "llama3"):
-        scaling["original_max_position_embeddings"] = top_l0
-    prf = cfg.get("partial_rotary_factor")
-    if prf is not None and prf != 1.0:
-        scaling = dict(scaling or {"rope_type": "default"})
-        scaling.setdefault("partial_rotary_factor", prf)
-    head_dim = cfg.get("head_dim")
-    if head_dim is None:
-        hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-        if hidden is None or heads is None:
-            raise ValueError(f"{where} needs 'head_dim' or both 'hidden_size' and 'num_attention_heads'")
-        head_dim = check_int(hidden, "hidden_size", minimum=1) // check_int(heads, "num_attention_heads", minimum=1)
-    max_pos = cfg.get("max_position_embeddings")
-    setup = RopeSetup(head_dim=check_int(head_dim, "head_dim", minimum=2),
-                      base=check_real(theta, "rope_theta", positive=True), scaling=scaling,
-                      max_position_embeddings=None if max_pos is None else check_int(
-                          max_pos, "max_position_embeddings", minimum=1),
-                      seq_len=seq_len)
-    setup.frequencies()  # validates the scaling dict now (a ValueError naming the key)
+    from .hf_config import read_hf_config as read
+
+    config = read(source)
+    if config.family != "rope":
+        raise ValueError(f"{config.source}: model_type {config.model_type!r} uses {config.family} positions, "
+                         "not RoPE (no 'rope_theta')")
+    layers = {r.layer_type: r for r in config.rope}
+    if layer_type is not None and layer_type not in layers:
+        raise ValueError(f"layer_type {layer_type!r} is not one of the config's {sorted(map(str, layers))}")
+    r = layers[layer_type] if layer_type is not None else config.rope[0]
+    setup = RopeSetup(head_dim=r.dim_argument, base=r.base, scaling=r.scaling,
+                      max_position_embeddings=r.max_position_embeddings, seq_len=seq_len)
+    setup.frequencies()
     return setup
 
 

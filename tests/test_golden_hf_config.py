@@ -228,3 +228,11 @@ def test_generate_refuses_an_unreadable_config(tmp_path, capsys):
     assert cli.main(["golden", "generate", "--hf-config", str(bad), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("posenc-np: error:") and "head_dim" in err and not (tmp_path / "o").exists()
+
+
+def test_a_rope_config_without_a_context_is_read_but_has_no_suite():
+    cfg = {k: v for k, v in fixture("pythia-70m").items() if k != "max_position_embeddings"}
+    config = read_hf_config(cfg)
+    assert config.context is None and config.rope[0].rotary_dim == 16
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model_cases.cases_for(config)

@@ -230,7 +230,7 @@ def test_read_hf_config(tmp_path):
         with pytest.raises(ValueError, match=match):
             P.read_hf_config(bad)
     path.write_bytes(b" " * (4 << 20) + b"{}")
-    with pytest.raises(ValueError, match="larger than"):
+    with pytest.raises(ValueError, match="more than the limit"):
         P.read_hf_config(path)
 
 

@@ -35,6 +35,9 @@ MAX_BIAS_VALUES = 1 << 20
 
 def cases_for(config: ModelConfig) -> list[CaseSpec]:
     """The golden cases of ``config``'s positional setup (deterministic: same config, same cases)."""
+    if config.context is None:
+        raise ValueError(f"{config.source}: 'max_position_embeddings' is missing: the context the cases' positions "
+                         "must reach is unknown")
     builders = {"rope": _rope_cases, "alibi": _alibi_cases, "t5": _t5_cases, "deberta": _deberta_cases}
     return builders[config.family](config)
 
