@@ -34,7 +34,7 @@ import numpy as np
 from .. import rope
 from . import oracle_rope as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, LONG_POSITIONS, conventions, exact_normals, positions_up_to
+from .spec import CaseSpec, Encoding, LONG_POSITIONS, conventions, divergence, exact_normals, positions_up_to
 
 HF = "Hugging Face transformers 5.x"
 ROFORMER = "RoFormer (Su et al. 2021) eq. 13-15"
@@ -401,13 +401,53 @@ def _inv_freq_cases() -> list[CaseSpec]:
     return out
 
 
-def table_case(name, params, positions, semantics, description, *, scale="n/a") -> CaseSpec:
+def table_case(name, params, positions, semantics, description, *, scale="n/a", divergences=()) -> CaseSpec:
     """A ``rope.cos_sin`` case with the table error model."""
     layout = params["layout"]
     return CaseSpec(
         name=name, encoding="rope.cos_sin", params=params, conventions=_conv(layout, semantics, scale),
         inputs={"positions": positions}, tolerances=_tables_tol(params, positions), error_model=TABLE_MODEL,
-        reference_call=HF_COS_SIN if layout == "half" else META_CIS, description=description)
+        reference_call=HF_COS_SIN if layout == "half" else META_CIS, known_divergences=tuple(divergences),
+        description=description)
+
+
+def precision_setup(params):
+    """The :class:`posenc_np.precision.RopeSetup` of case ``params`` (for the float32 recipe emulations)."""
+    from .. import precision
+
+    return precision.RopeSetup(head_dim=_dim_argument(params), base=params["base"], scaling=params.get("scaling"),
+                               max_position_embeddings=params.get("max_position_embeddings"),
+                               seq_len=params.get("seq_len"))
+
+
+#: Third-party float32 table recipes recorded as known divergences of the long-context tables
+#: (:mod:`posenc_np.precision` emulates them bit for bit up to the transcendental functions).
+FLOAT32_RECIPES = {
+    "hf-float32>float32": "Hugging Face LlamaRotaryEmbedding (float32 inv_freq, positions, product and cos/sin); "
+                          "also Meta precompute_freqs_cis, vLLM, SGLang, gpt-fast",
+    "llama.cpp>float32": "llama.cpp / ggml rope_cache_init (float32 theta *= theta_scale recurrence)",
+}
+
+
+def _float32_divergences(params, positions) -> list[dict]:
+    """What the float32-angle recipes return at the case's three largest positions, in its layout."""
+    from .. import precision
+
+    setup, top = precision_setup(params), np.sort(positions)[-3:]
+    out = []
+    for recipe, who in FLOAT32_RECIPES.items():
+        try:
+            c, s = precision.recipe_tables(recipe, setup, top)
+        except ValueError:  # llama.cpp is not emulated for this rope_type
+            continue
+        c, s = (np.concatenate([t, t], axis=-1).astype(np.float64) for t in (c, s))
+        inv, af = frequencies(params)
+        exact_c, _ = rope.cos_sin(top, inv, attention_factor=af, layout="half")
+        out.append(divergence(
+            who, f"angles in float32: tables off by up to {float(np.max(np.abs(c - exact_c))):.2g} at these "
+                 "positions (the float32 tolerance rejects them); values emulated by posenc_np.precision",
+            {"positions": top}, {"cos": c, "sin": s}))
+    return out
 
 
 def apply_case(name, params, positions, x, dy, semantics, description, *, inputs_exact=True) -> CaseSpec:
@@ -452,9 +492,9 @@ def _long_cases(rng) -> list[CaseSpec]:
         semantics = f"{HF} {kind}" if scaling else ROFORMER
         scale = AF if scaling else "n/a"
         out.append(table_case(f"rope.cos_sin.long.{tag}", params, positions, semantics,
-                               f"long-context tables, {len(positions)} positions up to {positions.max()} "
-                               f"(4k/8k/32k/128k/1M/10M boundaries and neighbours, as far as the context)",
-                               scale=scale))
+                              f"long-context tables, {len(positions)} positions up to {positions.max()} "
+                              f"(4k/8k/32k/128k/1M/10M boundaries and neighbours, as far as the context)",
+                              scale=scale, divergences=_float32_divergences(params, positions)))
         if tag in LONG_APPLY:
             x, dy = exact_normals(rng, (positions.size, head)), exact_normals(rng, (positions.size, head))
             out.append(apply_case(f"rope.apply.long.{tag}", params, positions, x, dy, semantics,
