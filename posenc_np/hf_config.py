@@ -174,8 +174,8 @@ def _load(source) -> tuple[dict, str]:
         cfg = parse_json(read_file(where, limit=MAX_CONFIG_BYTES), where)
     except GoldenFormatError as exc:
         raise ValueError(f"cannot read the Hugging Face config {exc}") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: a config.json must hold a JSON object, got {type(cfg).__name__}")
+    if not isinstance(cfg, dict):  # a bad file is a ValueError like every other config problem
+        raise ValueError(f"{where}: a config.json must hold a JSON object, got {type(cfg).__name__}")  # noqa: TRY004
     return cfg, where
 
 

@@ -58,15 +58,13 @@ The report (:func:`report`, ``posenc-np precision``) is in :mod:`posenc_np.preci
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _exact
-from ._checks import as_positions, check_choice, check_int, check_real
+from ._checks import as_positions, check_choice, check_int
 
 __all__ = [
     "DTYPES",

@@ -35,7 +35,7 @@ def test_qwen2_5_yarn_context_is_factor_times_original():
     c = read_hf_config(FIXTURES / "qwen2.5-7b-instruct-yarn.json")
     (r,) = c.rope
     assert (r.head_dim, r.base, r.rope_type, r.max_position_embeddings, c.context) == (128, 1e6, "yarn", 32768, 131072)
-    inv, af = r.inv_freq()
+    _, af = r.inv_freq()
     assert af == pytest.approx(0.1 * math.log(4) + 1)
 
 

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_javascript_consumer_checks_the_committed_suite():
     res = subprocess.run(["node", str(REPO / "docs" / "examples" / "verify_suite.mjs"), str(REPO / "vectors" / "v2")],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     counts = {m[0]: (int(m[1]), int(m[2])) for m in re.findall(r"^(\S+): (\d+) passed, (\d+) failed$", res.stdout,
                                                                  flags=re.MULTILINE)}
@@ -32,5 +32,5 @@ def test_javascript_consumer_notices_a_damaged_file(tmp_path):
     target = suite / "rope.cos_sin.half.d8.int.json"
     target.write_bytes(target.read_bytes().replace(b"0.5403023058681398", b"0.5403023058681399", 1))
     res = subprocess.run(["node", str(REPO / "docs" / "examples" / "verify_suite.mjs"), str(suite)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode != 0 and "size or SHA-256 differs" in res.stderr

@@ -19,7 +19,7 @@ import pytest
 from _golden_util import REPO
 
 from posenc_np import precision as P
-from posenc_np.golden import catalogue, cases_rope
+from posenc_np.golden import cases_rope, catalogue
 
 V2 = REPO / "vectors" / "v2"
 TABLES = [s.name for s in catalogue.cases(["rope.cos_sin.*"])]
@@ -114,7 +114,7 @@ def test_every_dtype_admits_a_correct_implementation_in_it(name):
             assert outside(in_layout(c, p), doc["outputs"]["cos"], tol) == 0, dtype
             assert outside(in_layout(s, p), doc["outputs"]["sin"], tol) == 0, dtype
             if dtype != "float64":  # angles in float64 (the ordinary ones), the value rounded once
-                c64, s64 = P.recipe_tables("float64-direct", setup, pos)
+                c64, _ = P.recipe_tables("float64-direct", setup, pos)
                 assert outside(in_layout(P.round_to(c64, dtype), p), doc["outputs"]["cos"], tol) == 0, dtype
         else:
             for key, sign in (("y", 1), ("dx", -1)):

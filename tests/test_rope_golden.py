@@ -10,7 +10,6 @@ from posenc_np.golden import cases_rope, catalogue, runner
 from posenc_np.testing import assert_golden, load_case
 
 
-
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
     out = tmp_path_factory.mktemp("rope_golden")

@@ -22,7 +22,7 @@ import numpy as np
 from .. import absolute
 from . import oracle_absolute as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, LONG_POSITIONS, conventions, exact_normals
+from .spec import LONG_POSITIONS, CaseSpec, Encoding, conventions, exact_normals
 
 
 def _sinusoidal(params, inputs):

@@ -17,7 +17,7 @@ import numpy as np
 from ..relative import bert, shaw, t5
 from . import oracle_relative as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, conventions, divergence, log_in
+from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
 
 T5_SIGN = "key - query"
 T5_SEMANTICS = "Hugging Face T5 _relative_position_bucket (Mesh TF), exact floor of the log term"
@@ -95,17 +95,13 @@ def t5_bucket_in(rel, *, bidirectional: bool, num_buckets: int, max_distance: in
 def _t5_divergences(rel, bidirectional, num_buckets, max_distance) -> tuple:
     exact = t5.t5_relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
                                            max_distance=max_distance)
-    out = []
-    for dtype, who in ((np.float32, "Hugging Face T5Attention._relative_position_bucket (torch float32)"),
-                       (np.float64, "T5 bucket expression in float64 (NumPy / JAX x64 ports)")):
-        got = t5_bucket_in(rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance,
-                           dtype=dtype)
-        where = np.flatnonzero(got != exact)
-        if where.size:
-            out.append(divergence(who, "the log term lands just below/above an integer and the truncation "
-                                       "picks the neighbouring bucket (emulated with correctly rounded log)",
-                                  {"relative_position": rel[where]}, {"bucket": got[where]}))
-    return tuple(out)
+    args = {"bidirectional": bidirectional, "num_buckets": num_buckets, "max_distance": max_distance}
+    ports = {"Hugging Face T5Attention._relative_position_bucket (torch float32)":
+             t5_bucket_in(rel, dtype=np.float32, **args),
+             "T5 bucket expression in float64 (NumPy / JAX x64 ports)": t5_bucket_in(rel, dtype=np.float64, **args)}
+    return bucket_divergences("relative_position", rel, exact, ports,
+                              "the log term lands just below/above an integer and the truncation picks the "
+                              "neighbouring bucket (emulated with correctly rounded log)")
 
 
 # --------------------------------------------------------------------------- cases

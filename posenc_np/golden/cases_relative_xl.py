@@ -19,7 +19,7 @@ from ..relative import deberta, transformer_xl
 from . import oracle_relative_xl as oracle
 from . import tolerance as tol
 from .cases_relative import dot_terms
-from .spec import CaseSpec, Encoding, conventions, divergence, log_in
+from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
 
 TXL = "Dai et al. 2019 (Transformer-XL), sec. 3.3; kimiyoung/transformer-xl _rel_shift"
 DEBERTA = "He et al. 2021 (paper), HF DeBERTa-v2 buckets"
@@ -286,17 +286,13 @@ def deberta_bucket_in(rel, bucket_size: int, max_position: int, dtype) -> np.nda
 
 
 def _deberta_divergences(rel, bucket_size, max_position) -> tuple:
-    exact = deberta.deberta_log_bucket_position(rel, bucket_size, max_position)
-    out = []
-    for dtype, who in ((np.float32, "Hugging Face make_log_bucket_position (torch float32)"),
-                       (np.float64, "make_log_bucket_position in float64 (NumPy port)")):
-        got = deberta_bucket_in(rel, bucket_size, max_position, dtype)
-        where = np.flatnonzero(got != exact)
-        if where.size:
-            out.append(divergence(who, "the log ratio lands just above an integer and the ceiling takes the next "
-                                       "bucket (emulated with correctly rounded log)",
-                                  {"relative_pos": rel[where]}, {"bucket": got[where]}))
-    return tuple(out)
+    ports = {"Hugging Face make_log_bucket_position (torch float32)":
+             deberta_bucket_in(rel, bucket_size, max_position, np.float32),
+             "make_log_bucket_position in float64 (NumPy port)":
+             deberta_bucket_in(rel, bucket_size, max_position, np.float64)}
+    return bucket_divergences("relative_pos", rel, deberta.deberta_log_bucket_position(rel, bucket_size, max_position),
+                              ports, "the log ratio lands just above an integer and the ceiling takes the next "
+                                     "bucket (emulated with correctly rounded log)")
 
 
 def _m(inputs, *names) -> float:
@@ -312,7 +308,7 @@ def _softmax_out(logit_tolerances: dict, inputs, *, scale) -> dict:
 
 
 def _txl_tol(inputs, d_r) -> tuple[dict, str]:
-    b, h, q_len, d = inputs["q"].shape
+    b, _, q_len, d = inputs["q"].shape
     k_len = inputs["k"].shape[-2]
     s = 1 / math.sqrt(d)
     Q, K, U, V, W, G = (_m(inputs, n) for n in ("q", "k", "u", "v", "W_r", "dlogits"))
@@ -328,7 +324,7 @@ def _txl_tol(inputs, d_r) -> tuple[dict, str]:
 
 
 def _deberta_tol(inputs, n_terms) -> tuple[dict, str]:
-    b, h, q_len, d = inputs["q"].shape
+    b, _, q_len, d = inputs["q"].shape
     k_len = inputs["k"].shape[-2]
     s = 1 / math.sqrt(d * (1 + n_terms))
     pos = [n for n in ("pos_key", "pos_query") if n in inputs]

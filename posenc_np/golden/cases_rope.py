@@ -34,7 +34,15 @@ import numpy as np
 from .. import rope
 from . import oracle_rope as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, LONG_POSITIONS, conventions, divergence, exact_normals, positions_up_to
+from .spec import (
+    LONG_POSITIONS,
+    CaseSpec,
+    Encoding,
+    conventions,
+    divergence,
+    exact_normals,
+    positions_up_to,
+)
 
 HF = "Hugging Face transformers 5.x"
 ROFORMER = "RoFormer (Su et al. 2021) eq. 13-15"

@@ -18,7 +18,11 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
-from ._mp import extra_digits_for as _extra_digits_for, grid as _grid, mpf as _mpf, value as _value
+from ._mp import extra_digits_for as _extra_digits_for
+from ._mp import grid as _grid
+from ._mp import mpf as _mpf
+from ._mp import value as _value
+
 
 def _vector(values):
     out = np.empty(len(values), dtype=object)
@@ -201,8 +205,8 @@ def apply(params, inputs):
     with _extra_digits_for(pos):
         inv, af, _ = frequencies(params)
         layout = params["layout"]
-        angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]  # noqa: E731
-        amps = lambda pidx: [af] * len(inv)  # noqa: E731
+        angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]
+        amps = lambda pidx: [af] * len(inv)
         return {"y": _rotate_all(inputs["x"], pos.ndim, angles, amps, layout),
                 "dx": _rotate_all(inputs["dy"], pos.ndim, angles, amps, layout, sign=-1)}
 
@@ -219,9 +223,9 @@ def xpos(params, inputs):
     c = {"none": 0, "torchscale": -(-(n_total or 0) // 2), "rotary-embedding-torch": (n_total or 0) // 2}[centre]
     zeta = [(2 * i + mp.mpf("0.4") * d) / (mp.mpf("1.4") * d) for i in range(d // 2)]
     pos = inputs["positions"]
-    angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]  # noqa: E731
-    amp_q = lambda pidx: [mp.power(z, (_mpf(pos[pidx]) - c) / B) for z in zeta]  # noqa: E731
-    amp_k = lambda pidx: [mp.power(z, -(_mpf(pos[pidx]) - c) / B) for z in zeta]  # noqa: E731
+    angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]
+    amp_q = lambda pidx: [mp.power(z, (_mpf(pos[pidx]) - c) / B) for z in zeta]
+    amp_k = lambda pidx: [mp.power(z, -(_mpf(pos[pidx]) - c) / B) for z in zeta]
     q = _rotate_all(inputs["q"], pos.ndim, angles, amp_q, layout)
     k = _rotate_all(inputs["k"], pos.ndim, angles, amp_k, layout)
     L, D = q.shape
@@ -243,8 +247,8 @@ def _streamed(params, inputs, freqs, stream_of):
     """Rotate x (L, D) with pair j driven by positions[stream_of(j), l] * freqs[j]; with a
     cotangent ``dy``, also dx = R^T dy."""
     pos = inputs["positions"]
-    angles = lambda pidx: [_mpf(pos[(stream_of(j),) + pidx]) * freqs[j] for j in range(len(freqs))]  # noqa: E731
-    ones = lambda pidx: [mp.mpf(1)] * len(freqs)  # noqa: E731
+    angles = lambda pidx: [_mpf(pos[(stream_of(j),) + pidx]) * freqs[j] for j in range(len(freqs))]
+    ones = lambda pidx: [mp.mpf(1)] * len(freqs)
     out = {"y": _rotate_all(inputs["x"], pos.ndim - 1, angles, ones, params["layout"])}
     if "dy" in inputs:
         out["dx"] = _rotate_all(inputs["dy"], pos.ndim - 1, angles, ones, params["layout"], sign=-1)

@@ -468,8 +468,8 @@ def v1_problems(path: str, digest: str) -> list[str]:
     """Why a version-1 file is not trusted: its bytes must be those of a published v1 file."""
     if V1_FILES.get(Path(path).name) == digest:
         return []
-    return [f"{Path(path).name}: not a published version-1 file (its SHA-256 {digest[:16]}... is not the one "
-            "frozen in posenc_np/golden/v1_files.py); version 1 is read-only, regenerate as version 2"]
+    return [(f"{Path(path).name}: not a published version-1 file (its SHA-256 {digest[:16]}... is not the one "
+             "frozen in posenc_np/golden/v1_files.py); version 1 is read-only, regenerate as version 2")]
 
 
 def spec_from_v1(doc: dict) -> CaseSpec:

@@ -113,6 +113,17 @@ def finish_oracle_output(value) -> np.ndarray:
     raise TypeError(f"oracle outputs must be object arrays of mpf/int/bool, got dtype {arr.dtype}")
 
 
+def bucket_divergences(key: str, inputs: np.ndarray, exact: np.ndarray, ports: dict, why: str) -> tuple:
+    """Known divergences of integer-bucket ports: for each ``implementation -> buckets it returns for
+    inputs``, the inputs (named ``key``) where it differs from ``exact``, and its buckets there."""
+    out = []
+    for who, got in ports.items():
+        where = np.flatnonzero(got != exact)
+        if where.size:
+            out.append(divergence(who, why, {key: inputs[where]}, {"bucket": got[where]}))
+    return tuple(out)
+
+
 def exact_normals(rng: np.random.Generator, shape) -> np.ndarray:
     """Normal-looking inputs ``k/32`` with ``|k| <= 127``: exactly representable in float64,
     float32, bfloat16 and float16, so that no rounding of the inputs enters a dtype's tolerance."""

@@ -113,11 +113,9 @@ def angle_tables(*, max_position: float, inv_freq, freq_units, amplitude: float 
     float64 (:math:`u = 2^{-53}`): the frequency :math:`w_i` carries a relative error of
     ``freq_units[i]`` units of ``u`` (the family states its formula), the product :math:`p w_i`
     one more, libm ``cos``/``sin`` one ulp (:math:`2u` relative) and the product by ``A`` (when
-    :math:`A 
-e 1`) two more roundings:
+    :math:`A \ne 1`) two more roundings:
 
-    .. math:: abs_{64} = A\,u\,\max|p|\,\max_i w_i (k_i + 1),\qquad rel_{64} = 2u\ (4u 	ext{ if } A 
-e 1).
+    .. math:: abs_{64} = A\,u\,\max|p|\,\max_i w_i (k_i + 1),\qquad rel_{64} = 2u\ (4u \text{ if } A \ne 1).
 
     Other dtypes: :func:`rounded` of that (``ops = 1``, or 3 when ``A`` multiplies in ``t``).
     ``inv_freq`` may be upper bounds of the frequencies.
