@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from posenc_np import _exact, absolute, rope
-from posenc_np.golden import oracle_rope
+from posenc_np.golden import cases_rope, oracle_rope
 
 MP_BITS = 420  # enough for p * w at p ~ 2^52 with ~300 correct bits left
 
@@ -27,8 +27,12 @@ def _ulp_errors(values, exact) -> np.ndarray:
 
 
 def _mp_freqs(params):
+    """The oracle's frequencies; its parameters name the head dim and the rotary dim (``dim`` here is
+    the rotary dim, the head dim for ``proportional``, as ``rope.inv_freq`` reads it)."""
+    case = cases_rope.rope_params(params["dim"], params["base"], params.get("scaling"), seq_len=params.get("seq_len"),
+                                  max_pos=params.get("max_position_embeddings"))
     with mpmath.workprec(MP_BITS):
-        inv, af, _ = oracle_rope.frequencies(params)
+        inv, af, _ = oracle_rope.frequencies(case)
     return inv, af
 
 
