@@ -155,7 +155,7 @@ class SinusoidalEncoder(TransformerMixin, BaseEstimator):
         X = validate_data(self, X, dtype=np.float64, reset=False)
         t = (X - offset) / scale
         angles = t[..., None] * _frequencies(dim // 2, base, period)
-        return absolute._sin_cos_layout(angles, layout).reshape(X.shape[0], -1)
+        return absolute._sin_cos_layout(np.sin(angles), np.cos(angles), layout).reshape(X.shape[0], -1)
 
     def get_feature_names_out(self, input_features=None):
         """``<column>_sin<i>`` / ``<column>_cos<i>`` in the output order (i = frequency index)."""
