@@ -259,7 +259,7 @@ def test_write_error_is_one_line(tmp_path, capsys, monkeypatch):
     assert "No space left on device" in error_line(capsys)
 
 
-@pytest.mark.slow  # two full generations (~3 s each on 2 cores: the oracle, and one fsync per file written)
+@pytest.mark.slow  # two full generations of the 115 cases (~7 s each on a loaded 2-core box: the oracle, fsyncs)
 def test_readme_main_job_runs_twice_and_reproduces_the_committed_suite(tmp_path):
     """The README's command works in a fresh directory and again on its own output (--force), and
     what it writes is byte for byte the committed vectors/v2."""
