@@ -223,11 +223,14 @@ def _golden_page(encoding: str, specs, functions, vectors: Path | None, root: Pa
         if spec.description:
             lines += [_plain(spec.description), ""]
         conv = "; ".join(f"{k}: {_literal(v)}" for k, v in spec.conventions.items() if v != "n/a") or "none apply"
-        tol = spec.tolerance
+        tols = "; ".join(f"{dt}: ``abs {tol['abs']:.3g}, rel {tol['rel']:.3g}``"
+                         for dt, tol in spec.tolerances.items())
         fields = [
             (":params:", _literal(json.dumps(spec.params, sort_keys=True, default=str))),
             (":conventions:", conv),
-            (":tolerance:", f"``|actual - expected| <= {tol['abs']:.3g} + {tol['rel']:.3g} * |expected|``"),
+            (":tolerances:", f"{tols} (``|actual - expected| <= abs + rel * |expected|`` per dtype)"),
+            (":error model:", _plain(spec.error_model)),
+            (":reference call:", _literal(spec.reference_call)),
             (":inputs:", ", ".join(f"``{k}`` {v.dtype} {v.shape}" for k, v in
                                    ((k, _as_array(v)) for k, v in spec.inputs.items())) or "none"),
         ]
