@@ -8,6 +8,7 @@ Sections (all by default, in this order, in one process except the cold-start su
                installed; plus the ``auto`` threshold sweep (bench/bench_rope.py)
 ``alibi``      ALiBi causal attention: materialised NumPy vs fused Numba vs torch SDPA (bench/bench_alibi.py)
 ``train``      training throughput of the NumPy transformer vs torch eager (bench/bench_train.py)
+``precision``  exact RoPE tables vs float64 ``direct`` and ``float32-split`` (bench/bench_precision.py)
 ``coldstart``  fresh subprocesses: ``import posenc_np`` time; first RoPE kernel call with an
                empty Numba cache (compile) and with a warm one (load)
 
@@ -42,7 +43,7 @@ for path in (BENCH, ROOT):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-SECTIONS = ("roofline", "rope", "alibi", "train", "coldstart")
+SECTIONS = ("roofline", "rope", "alibi", "train", "precision", "coldstart")
 
 
 # --------------------------------------------------------------------------- machine
@@ -270,6 +271,7 @@ def _docs(results: dict, note: str | None) -> str:
         "rope_threshold": "RoPE `auto` threshold (NumPy vs Numba by size)",
         "alibi": "ALiBi causal attention",
         "train": "Training throughput (hand-written backprop vs torch eager)",
+        "precision": "Exact tables: cost of `rope.cos_sin` per method",
         "coldstart": "Cold start",
     }
     for key, title in titles.items():
@@ -332,6 +334,11 @@ def main(argv=None) -> int:
     if "train" in wanted:
         print("train ...", flush=True)
         results["sections"]["train"] = _train_in_subprocess(args.quick)
+    if "precision" in wanted:
+        import bench_precision
+
+        print("precision ...", flush=True)
+        results["sections"]["precision"] = bench_precision.run(args.quick)
     if "coldstart" in wanted:
         print("coldstart ...", flush=True)
         results["sections"]["coldstart"] = coldstart(args.quick)

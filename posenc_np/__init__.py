@@ -2,8 +2,10 @@
 
 Families (one module each): :mod:`posenc_np.absolute`, :mod:`posenc_np.rope`,
 :mod:`posenc_np.alibi`, :mod:`posenc_np.relative`; the attention core
-:mod:`posenc_np.attention`; golden vectors :mod:`posenc_np.golden`; test helpers
-:mod:`posenc_np.testing`. Submodules load on first attribute access, so
+:mod:`posenc_np.attention`; golden vectors :mod:`posenc_np.golden`; Hugging Face
+``config.json`` reading :mod:`posenc_np.hf_config`; test helpers
+:mod:`posenc_np.testing`; scikit-learn transformers :mod:`posenc_np.sklearn` (optional extra
+``sklearn``). Submodules load on first attribute access, so
 ``import posenc_np`` stays cheap and compiles nothing.
 """
 
@@ -14,8 +16,9 @@ import importlib
 from ._version import __version__
 
 _SUBMODULES = {
-    "absolute", "alibi", "attention", "golden", "kernels", "layers", "model", "optim", "relative", "rope",
-    "study", "testing", "train",
+    "absolute", "alibi", "attention", "golden", "hf_config", "kernels", "layers", "model", "optim", "precision",
+    "relative",
+    "rope", "sklearn", "study", "testing", "train",
 }
 
 __all__ = ["__version__", *sorted(_SUBMODULES)]

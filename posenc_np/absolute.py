@@ -12,14 +12,19 @@ Because each channel pair is :math:`(\sin p\omega_i, \cos p\omega_i)`, shifting 
 by :math:`k` is a fixed rotation of every pair by the angle :math:`k\omega_i`, every row has
 norm :math:`\sqrt{d/2}`, and rows are distinct over any range shorter than the longest
 wavelength :math:`2\pi\,\mathrm{base}`.
+
+Tables are exact: each entry is within one ulp of :math:`\sin`/:math:`\cos` of the exact angle
+(frequencies in extended precision, exact reduction modulo :math:`2\pi`; see
+:mod:`posenc_np._exact`) for every position :math:`|p| < 2^{53}`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._checks import (as_float_array, as_int_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
-                      check_real)
+from . import _exact
+from ._checks import (as_float_array, as_int_array, as_positions, check_alloc, check_choice, check_float_dtype,
+                      check_int, check_real)
 from ._util import normal_init, scatter_add_rows, sum_to_shape
 
 __all__ = [
@@ -47,7 +52,9 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
 
     Returns
     -------
-    ndarray, float64, shape ``(dim // 2,)``
+    ExactFrequencies (a float64 ndarray), shape ``(dim // 2,)``
+        Each value correctly rounded; the array also carries the 256-bit values (see
+        :func:`posenc_np.rope.inv_freq`).
     """
     dim = check_int(dim, "dim", minimum=1)
     if dim % 2:
@@ -57,15 +64,20 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
     base = check_real(base, "base", positive=True)
     if base == 1.0:
         raise ValueError("base must differ from 1 (every frequency would be 1)")
-    return base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    return _exact.frequency_array(_exact.omega(dim, base))
 
 
-def _sin_cos_layout(angles: np.ndarray, layout: str) -> np.ndarray:
-    """Lay ``sin``/``cos`` of ``angles`` (``(..., n)``) out as ``(..., 2n)``."""
-    s, c = np.sin(angles), np.cos(angles)
+def _sin_cos(positions, freqs, *, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Exact ``sin``/``cos`` of ``(p + offset) * freqs``, each ``positions.shape + (n,)``."""
+    c, s = _exact.cos_sin(_exact.positions(positions, offset=offset), _exact.turn_constants(freqs))
+    return s, c
+
+
+def _sin_cos_layout(s: np.ndarray, c: np.ndarray, layout: str) -> np.ndarray:
+    """Lay per-pair ``sin``/``cos`` values (``(..., n)``) out as ``(..., 2n)``."""
     if layout == "concat":
         return np.concatenate([s, c], axis=-1)
-    out = np.empty(angles.shape[:-1] + (2 * angles.shape[-1],), dtype=np.float64)
+    out = np.empty(s.shape[:-1] + (2 * s.shape[-1],), dtype=np.float64)
     out[..., 0::2] = s
     out[..., 1::2] = c
     return out
@@ -92,20 +104,24 @@ def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "int
     layout : {"interleaved", "concat"}
         Channel layout, see above.
     dtype : floating dtype
-        Output dtype. Angles are computed in float64 and the result is cast once.
+        Output dtype. Values are computed exactly (within one float64 ulp) and cast once.
 
     Returns
     -------
     ndarray, shape ``positions.shape + (dim,)``
+
+    Raises
+    ------
+    ValueError
+        For positions :math:`|p| \ge 2^{53}`, or float positions past the range where their
+        dtype holds every integer (float32: :math:`2^{24}`).
     """
     layout = check_choice(layout, "layout", SINUSOIDAL_LAYOUTS)
     dtype = check_float_dtype(dtype)
     pos = as_positions(positions)
     check_alloc(pos.shape + (check_int(dim, "dim", minimum=1),), np.float64, "sinusoidal table positions.shape + (dim,)")
     freqs = sinusoidal_frequencies(dim, base=base)
-    pos = pos.astype(np.float64)
-    check_angles(pos, freqs)
-    return _sin_cos_layout(pos[..., None] * freqs, layout).astype(dtype, copy=False)
+    return _sin_cos_layout(*_sin_cos(pos, freqs), layout).astype(dtype, copy=False)
 
 
 def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timescale: float = 1.0e4,
@@ -150,12 +166,10 @@ def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timesc
     pos = as_positions(positions)
     check_alloc(pos.shape + (max(dim, 1),), np.float64, "timing signal positions.shape + (dim,)")
     check_alloc((n,), np.float64, "timescales (dim // 2,)")
-    # ln(hi / lo) as a difference of logs: hi / lo itself overflows for extreme timescales
-    increment = (np.log(hi) - np.log(lo)) / max(n - 1, 1)
-    inv_timescales = lo * np.exp(-increment * np.arange(n, dtype=np.float64))
-    pos = pos.astype(np.float64) + start_index
-    check_angles(pos, inv_timescales, "(positions + start_index) * inv_timescales")
-    signal = _sin_cos_layout(pos[..., None] * inv_timescales, "concat")
+    ctx = _exact.mp()  # the timescales in extended precision, rounded once
+    increment = ctx.log(ctx.mpf(hi) / lo) / max(n - 1, 1)
+    inv_timescales = _exact.frequency_array([lo * ctx.exp(-increment * i) for i in range(n)])
+    signal = _sin_cos_layout(*_sin_cos(pos, inv_timescales, offset=start_index), "concat")
     if dim % 2:
         signal = np.concatenate([signal, np.zeros(signal.shape[:-1] + (1,))], axis=-1)
     return signal.astype(dtype, copy=False)

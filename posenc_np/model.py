@@ -15,20 +15,20 @@ encoder (bidirectional attention, same layers).
 The position encoding is chosen by name from :data:`REGISTRY`; each entry is a small adapter
 class that says *where* the encoding acts:
 
-=================  =========  ==========================================================
-name               level      what the adapter does
-=================  =========  ==========================================================
-``none``           none       NoPE: nothing (causal attention alone carries order)
-``learned``        embedding  learned table, fused with the token embedding
-``sinusoidal``     embedding  Vaswani sinusoid, fused with the token embedding
-``rope``           q/k        rotates q and k (any Hugging Face scaling dict)
-``xpos``           q/k        RoPE with the xPos scale (centre ``"none"``)
-``alibi``          logits     :func:`posenc_np.alibi.attention` (fused kernel when wired)
-``t5``             logits     :class:`~posenc_np.relative.T5RelativeBias` hook
-``shaw``           logits     :class:`~posenc_np.relative.ShawRelativeAttention` hook
-``transformer_xl`` logits     Transformer-XL relative hook
-``deberta``        logits     DeBERTa disentangled hook, scale ``1/sqrt(d (1 + terms))``
-=================  =========  ==========================================================
+==================  =========  ==========================================================
+name                level      what the adapter does
+==================  =========  ==========================================================
+``none``            none       NoPE: nothing (causal attention alone carries order)
+``learned``         embedding  learned table, fused with the token embedding
+``sinusoidal``      embedding  Vaswani sinusoid, fused with the token embedding
+``rope``            q/k        rotates q and k (any Hugging Face scaling dict)
+``xpos``            q/k        RoPE with the xPos scale (centre ``"none"``)
+``alibi``           logits     :func:`posenc_np.alibi.attention` (fused kernel when wired)
+``t5``              logits     :class:`~posenc_np.relative.T5RelativeBias` hook
+``shaw``            logits     :class:`~posenc_np.relative.ShawRelativeAttention` hook
+``transformer_xl``  logits     Transformer-XL relative hook
+``deberta``         logits     DeBERTa disentangled hook, scale ``1/sqrt(d (1 + terms))``
+==================  =========  ==========================================================
 
 Absolute encodings take ``fusion`` ``add`` (:math:`x + p`), ``multiply`` (:math:`x \odot p`)
 or ``concat`` (:math:`[x, p]`). ``concat`` keeps the residual width ``d_model``: the token

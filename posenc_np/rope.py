@@ -23,13 +23,18 @@ The rotation uses the first ``cos.shape[-1]`` channels of ``x`` (partial rotary:
 through). Its backward is the transpose, a rotation by :math:`-t` (:func:`apply_backward`).
 Frequency scaling (``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``,
 ``proportional``, static ``ntk``) lives in :mod:`posenc_np.rope_scaling` and is re-exported
-here as :func:`inv_freq`. See ``docs/rope.md``.
+here as :func:`inv_freq`. Tables are exact by default: every float64 entry is within one ulp of
+the exact :math:`\cos`/:math:`\sin` for positions :math:`|p| < 2^{53}` (:mod:`posenc_np._exact`;
+``docs/precision.md``). See ``docs/rope.md``.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from . import _exact
 from ._checks import (as_float_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
                       check_real)
 from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
@@ -60,6 +65,8 @@ __all__ = [
 
 LAYOUTS = ("half", "interleaved")
 BACKENDS = ("auto", "numpy", "numba")
+#: How :func:`cos_sin` builds its tables.
+TABLE_METHODS = ("exact", "direct", "float32-split")
 XPOS_CENTRES = ("none", "torchscale", "rotary-embedding-torch")
 MROPE_VARIANTS = ("qwen2-vl", "qwen3-vl")
 
@@ -100,17 +107,31 @@ def _check_attention_factor(attention_factor) -> float:
     return check_real(attention_factor, "attention_factor", positive=True)
 
 
-def _tables(angles: np.ndarray, amplitude, layout: str, dtype, amplitude_name="attention_factor"):
-    """Lay per-pair ``amplitude*cos(angles)``, ``amplitude*sin(angles)`` (``(..., n)``) out as ``(..., 2n)``.
+#: Largest amplitude handed to the exact kernel as is: its Veltkamp split multiplies by 2^27 + 1,
+#: which overflows past about 2^997. A larger factor is applied afterwards as an exact power of two.
+_EXACT_AMPLITUDE_MAX = 2.0**900
 
-    Values are computed in float64; a narrower ``dtype`` that cannot hold them raises
-    ``ValueError`` naming ``amplitude_name`` instead of casting them to inf.
+
+def _exact_cos_sin(pos, consts, amplitude: float):
+    """``_exact.cos_sin`` with ``amplitude`` (finite, > 0) of any size; see :data:`_EXACT_AMPLITUDE_MAX`."""
+    if amplitude <= _EXACT_AMPLITUDE_MAX:
+        return _exact.cos_sin(pos, consts, amplitude=amplitude)
+    mantissa, exponent = math.frexp(amplitude)
+    c, s = _exact.cos_sin(pos, consts, amplitude=mantissa)
+    return np.ldexp(c, exponent), np.ldexp(s, exponent)
+
+
+def _tables(c: np.ndarray, s: np.ndarray, layout: str, dtype, amplitude_name: str = "attention_factor"):
+    """Lay per-pair values ``c``, ``s`` (``(..., n)``) out as ``(..., 2n)`` for ``layout``, cast once to ``dtype``.
+
+    A narrower ``dtype`` that cannot hold the values raises ``ValueError`` naming
+    ``amplitude_name`` (what scaled them) instead of casting them to inf.
     """
-    c, s = amplitude * np.cos(angles), amplitude * np.sin(angles)
-    big = np.finfo(dtype).max
-    if dtype != np.float64 and c.size and max(np.max(np.abs(c)), np.max(np.abs(s))) > big:
-        raise ValueError(f"{amplitude_name} makes the cos/sin tables exceed {np.dtype(dtype)}'s largest value {big}; "
-                         "use a wider dtype")
+    if np.dtype(dtype) != np.float64 and c.size:
+        big = np.finfo(dtype).max
+        if max(np.max(np.abs(c)), np.max(np.abs(s))) > big:
+            raise ValueError(f"{amplitude_name} makes the cos/sin tables exceed {np.dtype(dtype)}'s largest value "
+                             f"{big}; use a wider dtype")
     if layout == "half":
         c, s = np.concatenate([c, c], axis=-1), np.concatenate([s, s], axis=-1)
     else:
@@ -207,34 +228,62 @@ _ROTATE = {"numpy": _rotate_numpy, "numba": _rotate_numba}
 # --------------------------------------------------------------------------- cos/sin, apply, backward
 
 def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str = "half",
-            dtype=np.float64) -> tuple[np.ndarray, np.ndarray]:
+            dtype=np.float64, method: str = "exact") -> tuple[np.ndarray, np.ndarray]:
     r"""Tables :math:`f\cos(p\,\omega_i)` and :math:`f\sin(p\,\omega_i)` laid out for ``layout``.
 
     Parameters
     ----------
     positions : array_like of int or float, any shape
+        :math:`|p| < 2^{53}`; float positions also below :math:`2^{24}` (float32) or
+        :math:`2^{11}` (float16), where their dtype still holds every integer.
     inv_freq : array_like, shape ``(n,)``
         From :func:`inv_freq` (or any finite frequencies, e.g. rotary-embedding-torch ``pixel``).
+        An array from :func:`inv_freq` carries its unrounded values, which ``"exact"`` uses;
+        any other array's doubles are taken as the exact frequencies.
     attention_factor : float
         :math:`f > 0`, multiplies both tables (YaRN, LongRoPE): logits scale by :math:`f^2`.
     layout : {"half", "interleaved"}
         ``half``: :math:`[c_0 \dots c_{n-1} \mid c_0 \dots c_{n-1}]`; ``interleaved``:
         :math:`[c_0, c_0, c_1, c_1, \dots]`.
     dtype : floating dtype
-        Angles are computed in float64 and the tables cast once at the end.
+        The tables are cast once at the end.
+    method : {"exact", "direct", "float32-split"}
+        ``"exact"``: every float64 value within one ulp of the exact :math:`f\cos(p\,\omega_i)`
+        (nearly always correctly rounded), at any position (:mod:`posenc_np._exact`).
+        ``"direct"``: the ordinary float64 implementation, :math:`p\,\omega_i` rounded to float64
+        and libm cos/sin; error about :math:`|p\,\omega_i| \cdot 2^{-53}` (8.8e-10 at
+        :math:`10^7`). ``"float32-split"``: float32 arithmetic only, integer positions: with
+        :math:`p = a\,2^{12} + b`, two small tables of exact values rounded to float32 combined
+        by the angle-addition formulas (error at most 1.44e-7 at any position, measured 1.43e-7;
+        see :func:`posenc_np._exact.float32_split`). Measured costs: ``docs/benchmarks.md``.
 
     Returns
     -------
     cos, sin : ndarray, shape ``positions.shape + (2n,)``
+
+    Raises
+    ------
+    ValueError
+        For positions that cannot be represented (see ``positions``), rather than rounding them.
     """
     layout = check_choice(layout, "layout", LAYOUTS)
     dtype = check_float_dtype(dtype)
+    method = check_choice(method, "method", TABLE_METHODS)
     freqs = _check_inv_freq(inv_freq)
     factor = _check_attention_factor(attention_factor)
-    pos = as_positions(positions).astype(np.float64)
+    pos = _exact.positions(positions)
     check_alloc(pos.shape + (2 * freqs.size,), np.float64, "cos/sin tables positions.shape + (2 * len(inv_freq),)")
-    check_angles(pos, freqs)
-    return _tables(pos[..., None] * freqs, factor, layout, dtype)
+    if method == "direct":
+        p = pos.whole.astype(np.float64) + (0.0 if pos.frac is None else pos.frac)
+        check_angles(p, freqs)
+        angles = p[..., None] * freqs
+        return _tables(factor * np.cos(angles), factor * np.sin(angles), layout, dtype)
+    consts = _exact.turn_constants(inv_freq)
+    if method == "float32-split":
+        c, s = _exact.float32_split(pos, consts)
+        f32 = np.float32(factor)
+        return _tables(c * f32, s * f32, layout, dtype) if factor != 1.0 else _tables(c, s, layout, dtype)
+    return _tables(*_exact_cos_sin(pos, consts, factor), layout, dtype)
 
 
 def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
@@ -407,23 +456,25 @@ def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int 
     dtype = check_float_dtype(dtype)
     freqs = _check_inv_freq(inv_freq)
     scale = xpos_scale(positions, 2 * freqs.size, role=role, centre=centre, seq_len=seq_len, scale_base=scale_base)
-    pos = as_positions(positions).astype(np.float64)
-    check_angles(pos, freqs)
-    return _tables(pos[..., None] * freqs, scale, layout, dtype, "the xPos scale (positions, centre, scale_base)")
+    c, s = _exact.cos_sin(_exact.positions(positions), _exact.turn_constants(inv_freq))
+    return _tables(scale * c, scale * s, layout, dtype, "the xPos scale (positions, centre, scale_base)")
 
 
 # --------------------------------------------------------------------------- multi-axis: 2-D axial, M-RoPE
 
-def _stream_angles(positions, freqs: np.ndarray, stream: np.ndarray, name: str) -> np.ndarray:
-    """Angles ``(..., n)`` with pair ``j`` driven by position stream ``stream[j]``:
-    ``angle[..., j] = positions[stream[j], ...] * freqs[j]``."""
-    pos = as_positions(positions, name).astype(np.float64)
+def _stream_cos_sin(positions, consts, stream: np.ndarray, name: str, amplitude: float):
+    """Exact per-pair ``amplitude * cos/sin`` ``(..., n)`` with pair ``j`` driven by position stream
+    ``stream[j]``: angle ``positions[stream[j], ...] * freqs[j]`` (``consts`` already per pair)."""
+    pos = as_positions(positions, name)
     if pos.ndim < 1 or pos.shape[0] <= int(stream.max()):
         raise ValueError(f"{name} must have shape ({int(stream.max()) + 1}, ...) (one row per position "
                          f"stream), got {pos.shape}")
-    check_alloc(pos.shape[1:] + (2 * freqs.size,), np.float64, f"cos/sin tables {name}.shape[1:] + (rotary dim,)")
-    check_angles(pos, freqs, f"{name} * inv_freq")
-    return np.moveaxis(pos[stream], 0, -1) * freqs
+    check_alloc(pos.shape[1:] + (2 * stream.size,), np.float64, f"cos/sin tables {name}.shape[1:] + (rotary dim,)")
+    c, s = np.empty(pos.shape[1:] + stream.shape), np.empty(pos.shape[1:] + stream.shape)
+    for a in np.unique(stream):
+        cols = np.flatnonzero(stream == a)
+        c[..., cols], s[..., cols] = _exact_cos_sin(_exact.positions(pos[a], name), consts.take(cols), amplitude)
+    return c, s
 
 
 def axial_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str = "half",
@@ -450,8 +501,8 @@ def axial_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout:
     if axes < 1:
         raise ValueError(f"positions must have shape (axes, ...), got {np.shape(positions)}")
     stream = np.repeat(np.arange(axes), freqs.size)
-    angles = _stream_angles(positions, np.tile(freqs, axes), stream, "positions")
-    return _tables(angles, factor, layout, dtype)
+    consts = _exact.turn_constants(inv_freq).take(np.tile(np.arange(freqs.size), axes))
+    return _tables(*_stream_cos_sin(positions, consts, stream, "positions", factor), layout, dtype)
 
 
 def patch_positions(height: int, width: int) -> np.ndarray:
@@ -511,7 +562,8 @@ def mrope_cos_sin(positions, inv_freq, mrope_section, *, variant: str = "qwen2-v
     if np.ndim(positions) < 2 or np.shape(positions)[0] != 3:
         raise ValueError(f"positions must have shape (3, ..., L) (temporal, height, width), got {np.shape(positions)}")
     stream = _mrope_streams(mrope_section, freqs.size, variant)
-    return _tables(_stream_angles(positions, freqs, stream, "positions"), factor, layout, dtype)
+    return _tables(*_stream_cos_sin(positions, _exact.turn_constants(inv_freq), stream, "positions", factor),
+                   layout, dtype)
 
 
 # --------------------------------------------------------------------------- long-term decay

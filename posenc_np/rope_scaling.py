@@ -11,7 +11,10 @@ Notation: :math:`d` rotary dim, :math:`i = 0 \dots d/2-1`,
 :math:`\omega_i = \mathrm{base}^{-2i/d}`, :math:`L_0` the pre-training context
 (``original_max_position_embeddings``), :math:`s` the scale ``factor``.
 
-Hugging Face computes these tables in float32; this module is the float64 reference.
+Hugging Face computes these tables in float32; this module is the float64 reference. Every
+formula runs on extended-precision values (:func:`posenc_np._exact.omega`, mpmath at 256 bits)
+and is rounded once at the end, so each returned frequency is the correctly rounded value of
+the formula, and :func:`posenc_np.rope.cos_sin` reads the unrounded values.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 
 import numpy as np
 
+from . import _exact
 from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real
 from .absolute import sinusoidal_frequencies
 
@@ -119,7 +123,7 @@ def _implied_factor(params, rope_type, L0, max_position_embeddings):
 def _ntk_exponent(dim: int, rope_type: str) -> float:
     if dim <= 2:
         raise ValueError(f"rope_type {rope_type!r} rescales the base by a power d/(d-2); dim must be > 2, got {dim}")
-    return dim / (dim - 2)
+    return _exact.mp().mpf(dim) / (dim - 2)
 
 
 def _scaled_base(base: float, ratio: float, dim: int, rope_type: str, key: str) -> float:
@@ -139,20 +143,20 @@ def _scaled_base(base: float, ratio: float, dim: int, rope_type: str, key: str) 
 
 def _default(dim, base, params, seq_len, max_pos):
     """:math:`\\omega_i = \\mathrm{base}^{-2i/d}`, attention factor 1."""
-    return sinusoidal_frequencies(dim, base=base), 1.0
+    return _exact.omega(dim, base), 1.0
 
 
 def _linear(dim, base, params, seq_len, max_pos):
     """Position interpolation (kaiokendev; Chen et al. 2023): :math:`\\omega_i / s`."""
     s = _factor(params, "factor", "linear")
-    return sinusoidal_frequencies(dim, base=base) / s, 1.0
+    return _exact.omega(dim, base) / s, 1.0
 
 
 def _ntk(dim, base, params, seq_len, max_pos):
     """Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
     ``theta_rescale_factor``): :math:`\\mathrm{base}' = \\mathrm{base}\\,\\alpha^{d/(d-2)}`."""
     alpha = _factor(params, "alpha", "ntk")
-    return sinusoidal_frequencies(dim, base=_scaled_base(base, alpha, dim, "ntk", "scaling['alpha']")), 1.0
+    return _exact.omega(dim, _scaled_base(base, alpha, dim, "ntk", "scaling['alpha']")), 1.0
 
 
 def _dynamic(dim, base, params, seq_len, max_pos):
@@ -162,8 +166,9 @@ def _dynamic(dim, base, params, seq_len, max_pos):
     if max_pos is None:
         raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
     L = max_pos if seq_len is None else max(seq_len, max_pos)
-    new_base = _scaled_base(base, s * L / max_pos - (s - 1.0), dim, "dynamic", "scaling['factor'] with seq_len")
-    return sinusoidal_frequencies(dim, base=new_base), 1.0
+    s = _exact.mp().mpf(s)
+    new_base = base * (s * L / max_pos - (s - 1)) ** _ntk_exponent(dim, "dynamic")
+    return _exact.omega(dim, new_base), 1.0
 
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -173,10 +178,15 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """
     scale = check_real(scale, "scale", positive=True)
     mscale = check_real(mscale, "mscale")
-    g = 1.0 if scale <= 1.0 else 0.1 * mscale * math.log(scale) + 1.0
+    g = float(_mscale(scale, mscale))
     if not math.isfinite(g):
         raise ValueError(f"0.1 * mscale * ln(scale) + 1 overflows float64 for mscale={mscale}, scale={scale}")
     return g
+
+
+def _mscale(scale, mscale=1.0):
+    ctx = _exact.mp()
+    return ctx.mpf(1) if scale <= 1.0 else ctx.mpf("0.1") * mscale * ctx.log(scale) + 1
 
 
 def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_position_embeddings: int) -> float:
@@ -191,13 +201,12 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
     r = check_real(num_rotations, "num_rotations", positive=True)
     dim, base = _check_dim_base(dim, base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
-    return _correction_dim(r, dim, base, L0)
+    return float(_correction_dim(r, dim, base, L0))
 
 
-def _correction_dim(r: float, dim: int, base: float, L0: int) -> float:
-    ratio = L0 / (2.0 * math.pi * r)  # Hugging Face's expression, kept for its rounding ...
-    log_ratio = math.log(ratio) if math.isfinite(ratio) else math.log(L0) - math.log(2.0 * math.pi) - math.log(r)
-    return dim * log_ratio / (2.0 * math.log(base))  # ... and the log domain when a tiny r overflows it
+def _correction_dim(r, dim, base, L0):
+    ctx = _exact.mp()
+    return dim * ctx.log(L0 / (2 * ctx.pi * r)) / (2 * ctx.log(base))
 
 
 def yarn_correction_range(dim: int, base: float, original_max_position_embeddings: int, *,
@@ -214,7 +223,9 @@ def yarn_correction_range(dim: int, base: float, original_max_position_embedding
     dim, base = _check_dim_base(dim, base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
     beta_fast, beta_slow = _check_betas(beta_fast, beta_slow, "beta_fast", "beta_slow")
-    return _correction_range(dim, base, L0, beta_fast, beta_slow, check_bool(truncate, "truncate"))
+    truncate = check_bool(truncate, "truncate")
+    low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
+    return (low, high) if truncate else (float(low), float(high))
 
 
 def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[float, float]:
@@ -226,11 +237,13 @@ def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[
     return beta_fast, beta_slow
 
 
-def _correction_range(dim: int, base: float, L0: int, beta_fast: float, beta_slow: float, truncate: bool):
+def _correction_range(dim, base, L0, beta_fast, beta_slow, truncate):
+    """:func:`yarn_correction_range` in extended precision (ints when truncated), arguments checked."""
+    ctx = _exact.mp()
     low = _correction_dim(beta_fast, dim, base, L0)
     high = _correction_dim(beta_slow, dim, base, L0)
     if truncate:
-        low, high = math.floor(low), math.ceil(high)
+        low, high = int(ctx.floor(low)), int(ctx.ceil(high))
     return max(low, 0), min(high, dim - 1)
 
 
@@ -250,15 +263,15 @@ def _yarn(dim, base, params, seq_len, max_pos):
             0.0 if params.get(k) is None else check_real(params[k], f"scaling[{k!r}]", nonnegative=True)
             for k in ("mscale", "mscale_all_dim"))
         if mscale and mscale_all_dim:  # HF tests truthiness: a 0 counts as absent
-            attention_factor = yarn_get_mscale(s, mscale) / yarn_get_mscale(s, mscale_all_dim)
+            attention_factor = _mscale(s, mscale) / _mscale(s, mscale_all_dim)
         else:
-            attention_factor = yarn_get_mscale(s)
+            attention_factor = _mscale(s)
     low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
     if low == high:
-        high += 0.001  # HF: prevent a zero-width ramp
-    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
-    extrapolation = 1.0 - ramp  # 1: keep the original frequency (high freqs), 0: interpolate by 1/s
-    inv = sinusoidal_frequencies(dim, base=base)
+        high += _exact.mp().mpf("0.001")  # HF: prevent a zero-width ramp
+    ramp = np.clip((np.arange(dim // 2) - low) / _exact.mp().mpf(high - low), 0, 1)
+    extrapolation = 1 - ramp  # 1: keep the original frequency (high freqs), 0: interpolate by 1/s
+    inv = _exact.omega(dim, base)
     return (inv / s) * (1.0 - extrapolation) + inv * extrapolation, float(attention_factor)
 
 
@@ -284,10 +297,11 @@ def _longrope(dim, base, params, seq_len, max_pos):
             raise ValueError("rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined "
                              f"for original_max_position_embeddings L0 = {L0}; give L0 >= 2 or "
                              "scaling['attention_factor']")
-        attention_factor = math.sqrt(1.0 + math.log(s) / math.log(L0))
+        ctx = _exact.mp()
+        attention_factor = ctx.sqrt(1 + ctx.log(s) / ctx.log(L0))
     # exactly L0 uses the short factors (HF: "seq_len > original_max_position_embeddings")
     factors = ext["long_factor"] if seq_len is not None and seq_len > L0 else ext["short_factor"]
-    return sinusoidal_frequencies(dim, base=base) / factors, float(attention_factor)
+    return _exact.omega(dim, base) / factors, float(attention_factor)
 
 
 def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
@@ -317,8 +331,8 @@ def _llama3(dim, base, params, seq_len, max_pos):
     """LLaMA-3.1 band-wise interpolation (Meta ``apply_scaling``); see :func:`llama3_bands`."""
     s = _factor(params, "factor", "llama3")
     low, high, L0 = _llama3_params(params, max_pos)
-    inv = sinusoidal_frequencies(dim, base=base)
-    wavelen = 2.0 * math.pi / inv
+    inv = _exact.omega(dim, base)
+    wavelen = 2 * _exact.mp().pi / inv
     smooth = (L0 / wavelen - low) / (high - low)
     blended = (1.0 - smooth) * inv / s + smooth * inv
     out = np.where(wavelen > L0 / low, inv / s, np.where(wavelen < L0 / high, inv, blended))
@@ -334,8 +348,7 @@ def _proportional(dim, base, params, seq_len, max_pos):
         raise ValueError(f"scaling['partial_rotary_factor'] must lie in [0, 1], got {p}")
     s = _factor(params, "factor", "proportional", default=1.0)
     rotated = int(p * dim // 2)
-    out = np.zeros(dim // 2)
-    out[:rotated] = base ** (-np.arange(0, 2 * rotated, 2, dtype=np.float64) / dim)
+    out = np.where(np.arange(dim // 2) < rotated, _exact.omega(dim, base), 0)
     return out / s, 1.0
 
 
@@ -421,10 +434,9 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     ``dynamic`` (``factor``; needs ``max_position_embeddings`` :math:`L_{max}`)
         with :math:`L = \max(\text{seq\_len}, L_{max})`:
         base :math:`\to \mathrm{base}\,(sL/L_{max} - (s-1))^{d/(d-2)}`.
-    ``yarn`` (``factor``, ``original_max_position_embeddings`` :math:`L_0`, optional
-    ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``, ``mscale_all_dim``,
-    ``attention_factor``)
-        ramp bounds from :func:`yarn_correction_range`; if equal, ``high += 0.001``;
+    ``yarn`` (``factor``, ``original_max_position_embeddings`` :math:`L_0`, optional ...)
+        optional keys ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``,
+        ``mscale_all_dim``, ``attention_factor``; ramp bounds from :func:`yarn_correction_range`; if equal, ``high += 0.001``;
         :math:`r_j = \mathrm{clip}((j - low)/(high - low), 0, 1)`;
         :math:`\omega'_j = (\omega_j/s)\,r_j + \omega_j\,(1 - r_j)`. Attention factor: the explicit
         value, else :math:`g(s, m)/g(s, m_{all})` when both mscales are non-zero, else
@@ -465,7 +477,9 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
 
     Returns
     -------
-    inv_freq : ndarray, float64, shape ``(rotary_dim // 2,)``
+    inv_freq : ExactFrequencies (a float64 ndarray), shape ``(rotary_dim // 2,)``
+        Each value the correctly rounded result of the formula (evaluated at 256 bits); the
+        array also carries the unrounded values, which :func:`posenc_np.rope.cos_sin` uses.
     attention_factor : float
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
     """
@@ -478,4 +492,8 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1,
                                             maximum=MAX_LENGTH)
     inv, attention_factor = _SCALINGS[rope_type](dim, base, params, seq_len, max_position_embeddings)
-    return np.asarray(inv, dtype=np.float64), float(attention_factor)
+    attention_factor = float(attention_factor)
+    if not math.isfinite(attention_factor):
+        raise ValueError(f"scaling {rope_type!r} gives an attention factor that overflows float64 (check its mscale "
+                         "and factor values)")
+    return _exact.frequency_array(inv), attention_factor

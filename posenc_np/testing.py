@@ -3,8 +3,8 @@
 ``gradcheck``
     float64 central-difference check of a hand-written backward pass.
 ``load_case`` / ``assert_golden``
-    read one golden case file (JSON or NPZ, validated and checksum-verified) and compare an
-    implementation's outputs against it with the case's own tolerance.
+    read one golden case file (JSON or NPZ, validated against its index and the catalogue)
+    and compare an implementation's outputs against it with the case's own tolerance.
 
 Example (another project testing its RoPE against our vectors)::
 
@@ -196,7 +196,11 @@ def gradcheck_hook(hook, q, k, v, *, causal: bool = False, scale=None, mask=None
 
 @dataclass(frozen=True)
 class GoldenCase:
-    """A validated golden case: metadata plus its arrays as NumPy arrays."""
+    """A validated golden case: metadata plus its arrays as NumPy arrays.
+
+    ``tolerances`` maps dtype names (``"float64"``, and for version-2 cases usually
+    ``"float32"``, ``"bfloat16"``, ``"float16"``) to ``{"abs", "rel"}``.
+    """
 
     name: str
     encoding: str
@@ -204,13 +208,24 @@ class GoldenCase:
     conventions: dict
     inputs: dict
     outputs: dict
-    tolerance: dict
+    tolerances: dict
     sha256: str
     document: dict
 
+    @property
+    def tolerance(self) -> dict:
+        """The float64 tolerance."""
+        return self.tolerances["float64"]
+
 
 def load_case(path) -> GoldenCase:
-    """Load one ``.json`` or ``.npz`` golden case, validating its schema and checksum.
+    """Load one ``.json`` or ``.npz`` golden case (format v1 or v2), validated.
+
+    The file must follow the format within its limits; if its directory holds an
+    ``index.json``, it must be listed there with its digest; if the library's catalogue knows
+    the case, its parameters, inputs and tolerances must be the catalogue's (a version-1 file
+    must be one of the published ones).
+    ``GoldenCase.sha256`` is the SHA-256 of the file's bytes.
 
     Raises
     ------
@@ -218,18 +233,19 @@ def load_case(path) -> GoldenCase:
         (a ``ValueError``) naming the file and the problem, for malformed, tampered or
         pickled content. Nothing in the file is executed or unpickled.
     """
-    from .golden import format as fmt
+    from .golden import format as fmt, runner
 
-    doc = fmt.read_case_file(path)
+    doc, digest = runner.load_case_file(path)
+    tolerances = doc["tolerances"] if "tolerances" in doc else {"float64": doc["tolerance"]}
     return GoldenCase(
         name=doc["name"], encoding=doc["encoding"], params=doc["params"], conventions=doc["conventions"],
-        inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerance=doc["tolerance"],
-        sha256=doc["sha256"], document=doc,
+        inputs=fmt.arrays(doc, "inputs"), outputs=fmt.arrays(doc, "outputs"), tolerances=tolerances,
+        sha256=digest, document=doc,
     )
 
 
-def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) -> None:
-    """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance.
+def assert_golden(actual, case: GoldenCase, *, dtype: str = "float64", tolerance: dict | None = None) -> None:
+    """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance for ``dtype``.
 
     Parameters
     ----------
@@ -237,10 +253,13 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
         A single array is accepted when the case has exactly one output.
     case : GoldenCase
         From :func:`load_case`.
+    dtype : str
+        Which of the case's ``tolerances`` applies: the precision ``actual`` was computed in
+        (``"float64"``, ``"float32"``, ``"bfloat16"``, ``"float16"``). A ``ValueError`` names the
+        dtypes the case offers when it has none for ``dtype``.
     tolerance : dict, optional
         ``{"abs": a, "rel": r}`` (finite, >= 0; anything else raises ``ValueError`` or
-        ``TypeError``) overriding the case's float64 tolerance (for example to test a float32
-        implementation with a wider bound).
+        ``TypeError``) overriding the case's tolerance.
     """
     from .golden.runner import compare
 
@@ -252,9 +271,15 @@ def assert_golden(actual, case: GoldenCase, *, tolerance: dict | None = None) ->
         if len(case.outputs) != 1:
             raise TypeError(f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict")
         actual = {next(iter(case.outputs)): actual}
-    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance or case.tolerance)
+    if tolerance is None:
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__} {dtype!r}")
+        if dtype not in case.tolerances:
+            raise ValueError(f"case {case.name} has no {dtype} tolerance (it has {sorted(case.tolerances)})")
+        tolerance = case.tolerances[dtype]
+    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance)
     if problems:
-        raise AssertionError(f"golden case {case.name} (conventions {case.conventions}): " + "; ".join(problems))
+        raise AssertionError(f"golden case {case.name} ({dtype}; conventions {case.conventions}): " + "; ".join(problems))
 
 
 def _check_tolerance(tolerance) -> dict:

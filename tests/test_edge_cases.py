@@ -200,11 +200,26 @@ def test_narrow_table_dtypes_refuse_values_they_cannot_hold():
         rope.xpos_cos_sin(np.array([0, 1e5]), rope.inv_freq(8)[0], role="key", dtype=np.float16)
 
 
+def test_huge_attention_factor_stays_finite_on_the_exact_path():
+    """attention_factor=1e308 overflowed inside the exact kernel's double-double split (NaN tables)."""
+    p, freqs = np.arange(3), np.array([1.0, 0.1])
+    c, s = _no_warnings(lambda: rope.cos_sin(p, freqs, attention_factor=1e308))
+    angles = p[:, None] * freqs
+    np.testing.assert_allclose(c[:, :2], 1e308 * np.cos(angles), rtol=1e-15)
+    np.testing.assert_allclose(s[:, :2], 1e308 * np.sin(angles), rtol=1e-15, atol=0)
+    c2, _ = rope.axial_cos_sin(rope.patch_positions(2, 2), freqs, attention_factor=1e308)
+    assert np.all(np.isfinite(c2))
+
+
 def test_angle_overflow_is_a_named_error():
-    with pytest.raises(ValueError, match="overflows float64"):
-        rope.cos_sin(np.array([1e300]), np.array([1e300]))
-    with pytest.raises(ValueError, match="overflows float64"):
+    # positions are exact only below 2^53 (posenc_np._exact): beyond, a named error, not a rounded angle
+    with pytest.raises(ValueError, match=r"2\*\*53"):
+        rope.cos_sin(np.array([1e300]), np.array([1.0]))
+    with pytest.raises(ValueError, match=r"2\*\*53"):
         absolute.sinusoidal(np.array([1e308]), 4, base=1e-300)
+    # the float64 "direct" method forms p * omega, which overflows for a huge frequency
+    with pytest.raises(ValueError, match="overflows float64"):
+        rope.cos_sin(np.array([2.0**52]), np.array([1e300]), method="direct")
 
 
 def test_timing_signal_extreme_timescales():
@@ -213,7 +228,7 @@ def test_timing_signal_extreme_timescales():
     # n = 2 timescales: omega = [min, min * exp(-ln(max/min))] = [1e-300, 1e-600 -> 0]
     p = np.arange(3.0)
     ref = np.stack([np.sin(p * 1e-300), np.zeros(3), np.cos(p * 1e-300), np.ones(3)], axis=-1)
-    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-290)  # (sin of 1e-300 comes out as 0 on the exact path)
 
 
 def test_integer_overflow_in_bucket_functions():
@@ -251,8 +266,9 @@ def test_scaling_dict_edge_cases_name_the_key():
     assert factor == 1.5
     with pytest.raises(ValueError, match="seq_len must be an integer <= 9007199254740992"):
         rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 2}, seq_len=10**300, max_position_embeddings=10)
-    with pytest.raises(ValueError, match=r"rope_type 'dynamic': scaling\['factor'\] with seq_len makes .* overflow"):
-        rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 1e300}, seq_len=2**53, max_position_embeddings=1)
+    # dynamic's rescaled base is evaluated in extended precision: huge but representable frequencies
+    inv, _ = rope.inv_freq(8, scaling={"rope_type": "dynamic", "factor": 1e300}, seq_len=2**53, max_position_embeddings=1)
+    assert inv[0] == 1.0 and np.all(np.isfinite(inv)) and np.all(inv[1:] < 1e-100)
     with pytest.raises(ValueError, match=r"rope_type 'ntk': scaling\['alpha'\] makes .* overflow"):
         rope.inv_freq(8, scaling={"rope_type": "ntk", "alpha": 1e300})
 

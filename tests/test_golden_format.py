@@ -1,237 +1,206 @@
-"""The golden-vector machinery: format, checksums, tampering, CLI, regeneration."""
+"""The golden file format: documents, arrays, JSON/NPZ bytes, index and SHA256SUMS, the committed suites."""
 
+import hashlib
+import io
 import json
+import shutil
+import subprocess
 import zipfile
-from pathlib import Path
 
+import _golden_util
 import numpy as np
 import pytest
+from _golden_util import ONE, REPO, SMALL, case_doc, copy_suite
 
-from posenc_np import cli
-from posenc_np.golden import catalogue, format as fmt, runner
+from posenc_np.golden import catalogue, runner
+from posenc_np.golden import format as fmt
 from posenc_np.golden.spec import ORACLE_DIGITS, finish_oracle_output
+from posenc_np.golden.v1_files import V1_FILES
 from posenc_np.testing import assert_golden, load_case
 
-REPO = Path(__file__).resolve().parents[1]
-SUITE = REPO / "vectors" / "v1"
-ONE = "sinusoidal.interleaved.d8.int"
+small_suite = _golden_util.small_suite  # fixture
 
-
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    out = tmp_path_factory.mktemp("golden")
-    rows = runner.generate(out, only=["sinusoidal.*", "learned.*"])
-    assert rows and all(r.ok for r in rows)
-    return out
-
-
-def _copy_suite(src: Path, dst: Path) -> Path:
-    dst.mkdir()
-    for p in src.iterdir():
-        (dst / p.name).write_bytes(p.read_bytes())
-    return dst
-
-
-def _failures(directory):
-    return [r for r in runner.verify(directory) if not r.ok]
+V1 = REPO / "vectors" / "v1"
+V2 = REPO / "vectors" / "v2"
 
 
 def test_generated_suite_verifies(small_suite):
     rows = runner.verify(small_suite)
-    assert len(rows) == len(catalogue.cases(["sinusoidal.*", "learned.*"]))
+    assert [r.case for r in rows] == sorted(s.name for s in catalogue.cases(SMALL))
     assert all(r.ok for r in rows), runner.format_table(rows)
 
 
 def test_json_and_npz_hold_identical_content(small_suite):
-    a = fmt.read_case_file(small_suite / f"{ONE}.json")
-    b = fmt.read_case_file(small_suite / f"{ONE}.npz")
-    assert a == b
-    assert a["sha256"] == fmt.checksum(a)
+    a = fmt.parse_case((small_suite / f"{ONE}.json").read_bytes(), f"{ONE}.json")
+    b = fmt.parse_case((small_suite / f"{ONE}.npz").read_bytes(), f"{ONE}.npz")
+    assert fmt.canonical(a) == fmt.canonical(b)
 
 
-def test_case_records_everything_the_issue_lists(small_suite):
-    doc = json.loads((small_suite / f"{ONE}.json").read_text())
-    for key in ("encoding", "params", "conventions", "inputs", "outputs", "dtype", "tolerance",
-                "schema_version", "library_version", "oracle", "sha256"):
-        assert key in doc
+def test_case_records_everything_the_format_promises(small_suite):
+    doc = case_doc(small_suite)
+    assert set(doc) == set(fmt.CASE_FIELDS)
+    assert doc["schema_version"] == 2 and "sha256" not in doc  # digests live in the index
     assert set(doc["conventions"]) == {"layout", "sign", "scale_placement", "semantics"}
     assert doc["oracle"]["precision_digits"] >= 50
     assert doc["conventions"]["layout"] == doc["params"]["layout"] == "interleaved"
 
 
-def test_checksum_is_sha256_of_canonical_json(small_suite):
-    import hashlib
+def test_index_lists_sha256_and_size_of_the_exact_bytes(small_suite):
+    index = json.loads((small_suite / "index.json").read_text())
+    assert index["schema"] == "posenc-np-golden-index" and index["schema_version"] == 2 and index["pending"] == []
+    listed = {f["path"]: f for c in index["cases"] for f in c["files"]}
+    on_disk = {p.name for p in small_suite.iterdir()} - {"index.json", "SHA256SUMS"}
+    assert set(listed) == on_disk
+    for name, rec in listed.items():
+        data = (small_suite / name).read_bytes()
+        assert rec["sha256"] == hashlib.sha256(data).hexdigest() and rec["size"] == len(data)
 
-    doc = json.loads((small_suite / f"{ONE}.json").read_text())
-    body = {k: v for k, v in doc.items() if k != "sha256"}
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-    assert hashlib.sha256(canon).hexdigest() == doc["sha256"]
+
+def test_sha256sums_checks_with_the_standard_tool(small_suite):
+    lines = (small_suite / "SHA256SUMS").read_text().splitlines()
+    assert lines == sorted(lines, key=lambda s: s.split("  ")[1])
+    assert {line.split("  ")[1] for line in lines} == {p.name for p in small_suite.iterdir()} - {"SHA256SUMS"}
+    if shutil.which("sha256sum") is None:
+        pytest.skip("sha256sum not installed")
+    res = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=small_suite,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def test_regeneration_is_byte_identical(small_suite, tmp_path):
-    runner.generate(tmp_path, only=["sinusoidal.*", "learned.*"])
+    runner.generate(tmp_path / "again", only=SMALL)
+    assert sorted(p.name for p in small_suite.iterdir()) == sorted(p.name for p in (tmp_path / "again").iterdir())
     for p in small_suite.iterdir():
-        assert (tmp_path / p.name).read_bytes() == p.read_bytes(), p.name
-
-
-def test_tampered_value_fails_checksum(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    path = d / f"{ONE}.json"
-    doc = json.loads(path.read_text())
-    doc["outputs"]["encoding"]["data"][3] += 1e-9
-    path.write_text(json.dumps(doc))
-    bad = _failures(d)
-    assert [r.case for r in bad] == [f"{ONE}.json"]
-    assert "checksum mismatch" in bad[0].problem and str(path) in bad[0].problem
-
-
-def test_tampered_value_with_recomputed_checksum_fails_recomputation(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    for ext in (".json", ".npz"):
-        (d / f"{ONE}{ext}").unlink()
-    doc = json.loads((small_suite / f"{ONE}.json").read_text())
-    doc["outputs"]["encoding"]["data"][3] += 1e-9
-    doc["sha256"] = fmt.checksum(doc)
-    fmt.write_json(doc, d / f"{ONE}.json")
-    bad = _failures(d)
-    assert len(bad) == 1 and bad[0].case == ONE
-    assert "index.json lists sha256" in bad[0].problem and "outside tolerance" in bad[0].problem
-
-
-def test_broken_checksum_field(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    path = d / f"{ONE}.json"
-    doc = json.loads(path.read_text())
-    doc["sha256"] = "0" * 64
-    path.write_text(json.dumps(doc))
-    assert "checksum mismatch" in _failures(d)[0].problem
-
-
-def test_wrong_schema_version(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    path = d / f"{ONE}.json"
-    doc = json.loads(path.read_text())
-    doc["schema_version"] = 2
-    path.write_text(json.dumps(doc))
-    bad = _failures(d)
-    assert "schema_version must be 1" in bad[0].problem and ONE in bad[0].problem
+        assert (tmp_path / "again" / p.name).read_bytes() == p.read_bytes(), p.name
 
 
 @pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.pop("tolerance"), "missing keys"),
-    (lambda d: d.update(extra=1), "unknown keys"),
-    (lambda d: d["conventions"].pop("sign"), "conventions must be"),
+    (lambda d: d.pop("tolerances"), "missing keys"),
+    (lambda d: d.update(tolerance={"abs": 0.0, "rel": 0.0}), 'unknown keys "tolerance"'),
+    (lambda d: d["tolerances"].pop("float64"), 'must be an object with a "float64" entry'),
+    (lambda d: d["tolerances"].update(float8={"abs": 0.0, "rel": 0.0}), "key \"float8\" must be one of"),
+    (lambda d: d.update(reference_call=""), "reference_call must be a non-empty string"),
+    (lambda d: d.update(known_divergences=[{"implementation": "x", "description": "", "inputs": {}}]),
+     "known_divergences[0] is missing keys"),
+    (lambda d: d["params"].update(dim=(1 << 53) + 1), "params.dim = 9007199254740993 is outside the integer range"),
+    (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, (1 << 53) + 1), "is not a int64"),
+    (lambda d: d.update(extra=1), 'unknown keys "extra"'),
+    (lambda d: d.update(sha256="0" * 64), 'unknown keys "sha256"'),
+    (lambda d: d["conventions"].pop("sign"), "conventions is missing keys"),
     (lambda d: d["outputs"]["encoding"].update(data=[1.0]), "flat list"),
-    (lambda d: d["outputs"]["encoding"].update(dtype="object"), "dtype 'object'"),
+    (lambda d: d["outputs"]["encoding"].update(dtype="object"), "dtype must be one of"),
+    (lambda d: d["outputs"]["encoding"].update(shape=[1] * 9), "must be a list of"),
+    (lambda d: d["outputs"]["encoding"].update(shape=[1 << 20, 1 << 20]), "more than the limit"),
     (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, "0"), "is not a int64"),
+    (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, 1 << 63), "is not a int64"),
+    (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, True), "is not a int64"),
+    (lambda d: d["outputs"]["encoding"]["data"].__setitem__(0, (1 << 53) + 1), "is not a float64"),
     (lambda d: d["conventions"].update(layout="concat"), "disagrees with params.layout"),
+    (lambda d: d["tolerances"]["float32"].update(abs=-1.0), "tolerances.float32.abs must be a number >= 0"),
+    (lambda d: d["oracle"].update(precision_digits=15), "precision_digits must be an integer >= 50"),
+    (lambda d: d.update(schema_version=3), "schema_version must be one of [1, 2]"),
+    (lambda d: d.update(schema_version=True), "schema_version must be one of"),
+    (lambda d: d.update(name="Bad Name"), "name must be a case name"),
+    (lambda d: d.update(outputs={}), "outputs must be an object with at least 1"),
 ])
 def test_malformed_documents_are_rejected(small_suite, mutate, message):
-    doc = json.loads((small_suite / f"{ONE}.json").read_text())
+    doc = case_doc(small_suite)
     mutate(doc)
+    with pytest.raises(fmt.GoldenFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        fmt.validate_case(doc)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a": NaN}', "NaN"),
+    ('{"a": 1e400}', "overflows"),
+    ('{"a": 1, "a": 2}', "duplicate key"),
+    ("[" * 100 + "]" * 100, "nested too deeply"),
+    ('{"a": ' + "7" * 30 + "}", "integer literal of 30 characters"),
+    ("\xff", "not UTF-8"),
+])
+def test_json_limits(text, message):
+    data = text.encode("latin-1")
     with pytest.raises(fmt.GoldenFormatError, match=message):
-        fmt.validate_document(doc, where="x", check_sum=False)
+        fmt.parse_case(data, "x.json")
 
 
-def test_nan_constant_in_json_is_rejected(small_suite, tmp_path):
-    text = (small_suite / f"{ONE}.json").read_text().replace('"rel": 0.0', '"rel": NaN', 1)
-    assert "NaN" in text
-    path = tmp_path / f"{ONE}.json"
-    path.write_text(text)
-    with pytest.raises(fmt.GoldenFormatError, match="NaN"):
-        fmt.read_case_file(path)
+def _npz_with(small_suite, member, payload: bytes | None = None, array=None) -> bytes:
+    """The NPZ of ONE with one member replaced (or added)."""
+    if array is not None:
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=True)
+        payload = buf.getvalue()
+    out = io.BytesIO()
+    with zipfile.ZipFile(small_suite / f"{ONE}.npz") as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            if info.filename != member:
+                dst.writestr(info, src.read(info.filename))
+        dst.writestr(member, payload)
+    return out.getvalue()
 
 
 def test_npz_with_pickled_object_is_rejected_without_unpickling(small_suite, tmp_path):
-    import pickle
-
     sentinel = tmp_path / "executed"
 
     class Evil:
         def __reduce__(self):
-            return (Path.touch, (sentinel,))
+            return (sentinel.touch, ())
 
-    path = tmp_path / f"{ONE}.npz"
-    with zipfile.ZipFile(small_suite / f"{ONE}.npz") as src, zipfile.ZipFile(path, "w") as dst:
-        for info in src.infolist():
-            dst.writestr(info, src.read(info.filename))
-        import io
-        buf = io.BytesIO()
-        np.save(buf, np.array([Evil()], dtype=object), allow_pickle=True)
-        dst.writestr("evil.npy", buf.getvalue())
-    assert pickle  # the payload above is a genuine pickle
-    with pytest.raises(fmt.GoldenFormatError, match="pickle") as exc:
-        fmt.read_case_file(path)
-    assert str(path) in str(exc.value)
+    evil = np.array([Evil()], dtype=object)
+    with pytest.raises(fmt.GoldenFormatError, match="dtype object"):
+        fmt.parse_case(_npz_with(small_suite, "outputs.encoding.npy", array=evil), f"{ONE}.npz")
+    with pytest.raises(fmt.GoldenFormatError, match='unexpected members "evil.npy"'):
+        fmt.parse_case(_npz_with(small_suite, "evil.npy", array=evil), f"{ONE}.npz")
     assert not sentinel.exists()
 
 
-def test_npz_member_with_wrong_dtype(small_suite, tmp_path):
-    import io
-
-    path = tmp_path / f"{ONE}.npz"
-    with zipfile.ZipFile(small_suite / f"{ONE}.npz") as src, zipfile.ZipFile(path, "w") as dst:
-        for info in src.infolist():
-            data = src.read(info.filename)
-            if info.filename == "outputs.encoding.npy":
-                buf = io.BytesIO()
-                arr = np.load(io.BytesIO(data)).astype(np.float32)
-                np.save(buf, arr)
-                data = buf.getvalue()
-            dst.writestr(info, data)
-    with pytest.raises(fmt.GoldenFormatError, match="outputs.encoding.npy has dtype float32"):
-        fmt.read_case_file(path)
+def test_npz_member_with_wrong_dtype(small_suite):
+    doc = case_doc(small_suite)
+    data = _npz_with(small_suite, "outputs.encoding.npy", array=fmt.to_numpy(doc["outputs"]["encoding"]).astype("<f4"))
+    with pytest.raises(fmt.GoldenFormatError, match="dtype float32"):
+        fmt.parse_case(data, f"{ONE}.npz")
 
 
-def test_not_a_zip(tmp_path):
-    path = tmp_path / "x.npz"
-    path.write_bytes(b"not a zip file")
-    with pytest.raises(fmt.GoldenFormatError, match="not a readable NPZ"):
-        fmt.read_case_file(path)
+def test_npz_bool_member_holds_only_zero_and_one(tmp_path):
+    arr = np.frombuffer(b"\x02", dtype=np.uint8).view(bool)
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, arr)
+    with pytest.raises(fmt.GoldenFormatError, match="bytes other than 0 and 1"):
+        fmt._npy(buf.getvalue(), "m")
 
 
-def test_json_and_npz_disagree(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    other = "sinusoidal.concat.d8.int"
-    doc = fmt.read_case_file(small_suite / f"{other}.json")
-    doc["name"] = ONE
-    doc["sha256"] = fmt.checksum(doc)
-    fmt.write_npz(doc, d / f"{ONE}.npz")
-    problems = " ".join(r.problem for r in _failures(d))
-    assert "hold different content" in problems
+def test_not_a_zip():
+    with pytest.raises(fmt.GoldenFormatError, match="not a zip archive"):
+        fmt.parse_case(b"not a zip file", "x.npz")
 
 
-def test_missing_file_listed_in_index(small_suite, tmp_path):
-    d = _copy_suite(small_suite, tmp_path / "s")
-    (d / f"{ONE}.json").unlink()
-    (d / f"{ONE}.npz").unlink()
-    bad = _failures(d)
-    assert [r.case for r in bad] == [ONE] and "no file found" in bad[0].problem
+def test_zero_dimensional_arrays_round_trip_through_npz():
+    spec = catalogue.cases([ONE])[0]
+    fields = {**catalogue.document_fields(spec), "inputs": {"a": fmt.array_to_json(np.array(2))}}
+    doc = fmt.build_document(fields=fields, outputs={"b": np.array(0.1), "c": np.array([[True], [False]])},
+                             library_version="0")
+    back = fmt.parse_case(fmt.case_npz_bytes(doc), "x.npz")
+    assert fmt.canonical(back) == fmt.canonical(fmt.parse_case(fmt.case_json_bytes(doc), "x.json"))
+    assert back["outputs"]["b"] == {"dtype": "float64", "shape": [], "data": [0.1]}
+    assert back["outputs"]["c"]["data"] == [True, False]
 
 
-def test_cli_verify_exit_codes(small_suite, tmp_path, capsys):
-    assert cli.main(["golden", "verify", str(small_suite)]) == 0
-    assert "passed, 0 failed" in capsys.readouterr().out
-    d = _copy_suite(small_suite, tmp_path / "s")
-    (d / f"{ONE}.json").write_text("{}")
-    assert cli.main(["golden", "verify", str(d)]) == 1
-    out = capsys.readouterr().out
-    assert "FAIL" in out and f"{ONE}.json" in out
+def test_every_case_field_is_documented():
+    doc = (REPO / "docs" / "golden-format.md").read_text()
+    for key in fmt.CASE_FIELDS:
+        assert f"| `{key}` |" in doc, key
+    for limit in ("MAX_CASE_FILE_BYTES", "MAX_INDEX_BYTES", "MAX_CASE_VALUES", "MAX_NDIM", "MAX_NPZ_MEMBERS",
+                  "MAX_COMPRESSION_RATIO", "MAX_NPY_HEADER_BYTES"):
+        assert f"`{limit}`" in doc, limit
 
 
-def test_cli_list_and_generate(tmp_path, capsys):
-    assert cli.main(["golden", "list", "--only", "timing_signal.*"]) == 0
-    assert "timing_signal.d7.start3" in capsys.readouterr().out
-    assert cli.main(["golden", "generate", "--out", str(tmp_path), "--format", "npz", "--only", "learned.*",
-                     "--quiet"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json", "learned.lookup_and_scatter_add.npz"]
-    assert cli.main(["golden", "generate", "--out", str(tmp_path), "--only", "no-such-case"]) == 2
-
+# --------------------------------------------------------------------------- load_case / assert_golden
 
 def test_load_case_and_assert_golden(small_suite):
     from posenc_np.absolute import sinusoidal
 
     case = load_case(small_suite / f"{ONE}.npz")
+    assert case.sha256 == hashlib.sha256((small_suite / f"{ONE}.npz").read_bytes()).hexdigest()
     y = sinusoidal(case.inputs["positions"], case.params["dim"], layout=case.params["layout"])
     assert_golden(y, case)
     with pytest.raises(AssertionError, match="outside tolerance"):
@@ -241,6 +210,23 @@ def test_load_case_and_assert_golden(small_suite):
     concat = sinusoidal(case.inputs["positions"], 8, layout="concat")
     with pytest.raises(AssertionError, match=ONE):
         assert_golden(concat, case)
+
+
+def test_load_case_refuses_what_verify_refuses(small_suite, tmp_path):
+    d = copy_suite(small_suite, tmp_path / "s")
+    doc = case_doc(d)
+    doc["tolerances"]["float64"]["abs"] = 1e300
+    (d / f"{ONE}.json").write_bytes(fmt.case_json_bytes(doc))
+    with pytest.raises(fmt.GoldenFormatError, match="differs from the one in"):
+        load_case(d / f"{ONE}.json")
+    (d / "index.json").unlink()  # a lone file: the catalogue still knows the case
+    with pytest.raises(fmt.GoldenFormatError, match="tolerances differs from the catalogue"):
+        load_case(d / f"{ONE}.json")
+
+
+def test_load_case_reads_v1_files():
+    case = load_case(V1 / f"{ONE}.json")
+    assert case.document["schema_version"] == 1 and case.name == ONE
 
 
 def test_oracle_rounds_once_to_nearest():
@@ -262,33 +248,44 @@ def test_catalogue_names_are_unique_and_valid():
     specs = catalogue.cases()
     names = [s.name for s in specs]
     assert len(names) == len(set(names))
+    committed = json.loads((V2 / "index.json").read_text())["cases"]
+    assert names == [c["name"] for c in sorted(committed, key=lambda c: names.index(c["name"]))]
     for s in specs:
         assert fmt.NAME_RE.match(s.name)
         assert set(s.conventions) == set(fmt.CONVENTION_KEYS)
 
 
-def test_committed_suite_is_byte_identical_to_regeneration(tmp_path):
-    assert SUITE.is_dir(), "the committed golden suite is missing"
-    runner.generate(tmp_path)
-    committed = sorted(p.name for p in SUITE.iterdir())
-    assert committed == sorted(p.name for p in tmp_path.iterdir()), "committed suite lists different files"
-    changed = [n for n in committed if (SUITE / n).read_bytes() != (tmp_path / n).read_bytes()]
-    assert not changed, f"regenerated files differ from the committed suite: {changed[:5]}"
+# --------------------------------------------------------------------------- the committed suites
+
+# Regenerating vectors/v2 byte for byte is checked by test_golden_generate's README test, which
+# runs the README's main job twice and compares its output with the committed suite.
 
 
-def test_committed_suite_verifies_against_library():
-    rows = runner.verify(SUITE)
-    assert all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
+def test_committed_v1_suite_still_verifies_bit_for_bit_against_the_oracle():
+    """Version 1 is trusted through the frozen digests of its published files, then checked on its own
+    parameters and tolerance against the library and bit for bit against the oracle."""
+    rows = runner.verify(V1, oracle=True)
+    assert len(rows) == 89 and all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
+    assert len(V1_FILES) == 178 and set(V1_FILES) == {p.name for p in V1.iterdir()} - {"index.json"}
 
 
-def test_zero_dimensional_arrays_round_trip_through_npz(tmp_path):
-    conv = {"layout": "n/a", "sign": "n/a", "scale_placement": "n/a", "semantics": "n/a"}
-    doc = fmt.build_document(name="scalar", encoding="e", description="", params={}, conventions=conv,
-                             inputs={"a": np.array(2)}, outputs={"b": np.array(0.1)},
-                             tolerance={"abs": 0.0, "rel": 0.0}, oracle={"name": "mpmath", "precision_digits": 60},
-                             library_version="0")
-    fmt.write_npz(doc, tmp_path / "scalar.npz")
-    fmt.write_json(doc, tmp_path / "scalar.json")
-    back = fmt.read_case_file(tmp_path / "scalar.npz")
-    assert back == fmt.read_case_file(tmp_path / "scalar.json")
-    assert back["outputs"]["b"] == {"dtype": "float64", "shape": [], "data": [0.1]}
+def test_an_edited_v1_file_is_not_trusted_even_with_its_checksums_recomputed(tmp_path):
+    d = copy_suite(V1, tmp_path / "v1")
+    doc = json.loads((d / f"{ONE}.json").read_text())
+    doc["tolerance"]["abs"] = 1e300
+    doc["outputs"]["encoding"]["data"][0] = 12345.0
+    doc["sha256"] = fmt.checksum_v1(doc)
+    (d / f"{ONE}.json").write_text(json.dumps(doc))
+    index = json.loads((d / "index.json").read_text())
+    next(c for c in index["cases"] if c["name"] == ONE)["sha256"] = doc["sha256"]
+    (d / "index.json").write_text(json.dumps(index))
+    bad = [r for r in runner.verify(d) if not r.ok]
+    assert [r.case for r in bad] == [ONE] and "not a published version-1 file" in bad[0].problem
+    with pytest.raises(fmt.GoldenFormatError, match="not a published version-1 file"):
+        load_case(d / f"{ONE}.json")
+
+
+def test_committed_v2_suite_verifies():
+    rows = runner.verify(V2)
+    assert len(rows) == len(catalogue.cases()) and all(r.ok for r in rows), \
+        runner.format_table([r for r in rows if not r.ok])

@@ -296,7 +296,7 @@ def test_angles_on_the_fly_match_tables(layout, dtype):
     for shape, pos, factor in cases:
         x = rng.standard_normal(shape).astype(dtype)
         freqs = inv_freq(2 * (shape[-1] // 4))  # partial rotary: half the channels
-        cos, sin = rope.cos_sin(pos, freqs, attention_factor=factor, layout=layout, dtype=dtype)
+        cos, sin = rope.cos_sin(pos, freqs, attention_factor=factor, layout=layout, dtype=dtype, method="direct")
         lead = cos.shape[:-1]
         for inverse in (False, True):
             want = ref_rotate(x, cos, sin, layout, inverse)
@@ -315,7 +315,7 @@ def test_angles_many_tile_blocks(order):
     pos = np.arange(t) * 7 if order == "bhtd" else (np.arange(t) * 7)[:, None]
     for dtype in DTYPES:
         x = rng.standard_normal(shape).astype(dtype)
-        cos, sin = rope.cos_sin(pos, inv_freq(128), layout="interleaved", dtype=dtype)
+        cos, sin = rope.cos_sin(pos, inv_freq(128), layout="interleaved", dtype=dtype, method="direct")
         want = ref_rotate(x, cos, sin, "interleaved")
         got = rope_apply_angles(x, pos, inv_freq(128), layout="interleaved")
         scale = 2 * np.abs(x).max(axis=-1, keepdims=True)
@@ -327,7 +327,8 @@ def test_angles_in_place_and_strided():
     parent = rng.standard_normal((3, 20, 2, 16)).astype(np.float32)
     x = parent[:, ::-2, 1, :]  # (3, 10, 16), negative stride, offset
     pos = np.arange(10) * 3
-    want = rope_apply(x, *rope.cos_sin(pos, inv_freq(16), layout="half", dtype=np.float32), layout="half")
+    want = rope_apply(x, *rope.cos_sin(pos, inv_freq(16), layout="half", dtype=np.float32, method="direct"),
+                      layout="half")
     rope_apply_angles(x, pos, inv_freq(16), layout="half", out=x)
     np.testing.assert_allclose(x, want, rtol=0, atol=ANGLE_ULPS * 1.2e-7 * 2 * 8)
 

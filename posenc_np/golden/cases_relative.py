@@ -1,16 +1,23 @@
 """Golden cases for the relative encodings: T5 buckets and bias, Shaw et al., BERT relative_key.
 
-Integer outputs (buckets) must match exactly. Float tolerances are in float64 eps units, about
-four times the error measured when the cases were written (see each comment).
+Integer outputs (buckets) must match exactly in every dtype; where well-known ports compute the
+log term in floating point and land one bucket off, the case lists that port's buckets as a
+known divergence. Float outputs follow :mod:`.tolerance`: table lookups are copies
+(:func:`.tolerance.rounded`), every other output is a sum of products of inputs
+(:func:`.tolerance.dot`, with the number of terms and a bound on the sum of their magnitudes
+taken from the case's shapes and largest inputs).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..relative import bert, shaw, t5
 from . import oracle_relative as oracle
-from .spec import CaseSpec, Encoding, conventions, exact, tolerance
+from . import tolerance as tol
+from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
 
 T5_SIGN = "key - query"
 T5_SEMANTICS = "Hugging Face T5 _relative_position_bucket (Mesh TF), exact floor of the log term"
@@ -68,23 +75,72 @@ ENCODINGS = [
 ]
 
 
+# --------------------------------------------------------------------------- third-party arithmetic
+
+def t5_bucket_in(rel, *, bidirectional: bool, num_buckets: int, max_distance: int, dtype) -> np.ndarray:
+    """T5's ``_relative_position_bucket`` with its log term in ``dtype`` (float32: torch's default,
+    Hugging Face; float64: a NumPy/JAX-x64 port), truncated by ``.to(long)`` as T5 does."""
+    rel = np.asarray(rel, dtype=np.int64)
+    half = num_buckets // 2 if bidirectional else num_buckets
+    offset = np.where(rel > 0, half, 0) if bidirectional else 0
+    n = np.abs(rel) if bidirectional else np.maximum(-rel, 0)
+    e = half // 2
+    ratio = (n.astype(dtype) / dtype(e))
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) where n < e: not used
+        v = np.nan_to_num(log_in(ratio, dtype) / dtype(math.log(max_distance / e)) * dtype(half - e))
+    large = np.minimum(e + np.trunc(np.where(n < e, 0, v)).astype(np.int64), half - 1)
+    return offset + np.where(n < e, n, large)
+
+
+def _t5_divergences(rel, bidirectional, num_buckets, max_distance) -> tuple:
+    exact = t5.t5_relative_position_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets,
+                                           max_distance=max_distance)
+    args = {"bidirectional": bidirectional, "num_buckets": num_buckets, "max_distance": max_distance}
+    ports = {"Hugging Face T5Attention._relative_position_bucket (torch float32)":
+             t5_bucket_in(rel, dtype=np.float32, **args),
+             "T5 bucket expression in float64 (NumPy / JAX x64 ports)": t5_bucket_in(rel, dtype=np.float64, **args)}
+    return bucket_divergences("relative_position", rel, exact, ports,
+                              "the log term lands just below/above an integer and the truncation picks the "
+                              "neighbouring bucket (emulated with correctly rounded log)")
+
+
 # --------------------------------------------------------------------------- cases
+
+def _maxabs(*arrays) -> float:
+    return max(float(np.abs(a).max()) for a in arrays)
+
+
+def dot_terms(*terms, extra: int = 1, copies: bool = False) -> tuple[dict, str]:
+    """Tolerances and error model of a case whose outputs are sums of products: one ``(n, magnitude)``
+    per output (``n`` terms, ``magnitude`` bounding the sum of their absolute values), ``extra``
+    roundings (the scale); ``copies`` when some output copies table rows."""
+    parts = [tol.dot(n, m, extra=extra) for n, m in terms] + ([tol.rounded()] if copies else [])
+    model = "dot: " + ", ".join(f"{n} terms" for n, _ in terms) + (" and copies (rounded)" if copies else "")
+    return tol.widest(*parts), model + "; inputs rounded once to the dtype"
+
 
 def _rel(*parts) -> np.ndarray:
     return np.unique(np.concatenate([np.asarray(p, dtype=np.int64).ravel() for p in parts]))
 
 
-def _bucket_case(name, bidirectional, num_buckets, max_distance, rel, description):
-    direction = "bidirectional" if bidirectional else "unidirectional"
+def bucket_case(name, bidirectional, num_buckets, max_distance, rel, description):
+    """A ``t5_bucket`` case (exact buckets, with the floating-point ports' divergences)."""
     return CaseSpec(
-        name=f"relative.t5.bucket.{direction}.{name}",
+        name=name,
         encoding="t5_bucket",
         params={"bidirectional": bidirectional, "num_buckets": num_buckets, "max_distance": max_distance},
         conventions=conventions(sign=T5_SIGN, semantics=T5_SEMANTICS),
         inputs={"relative_position": rel},
-        tolerance=exact(),
+        tolerances=tol.exact(), error_model="exact: integer buckets",
+        reference_call="transformers T5Attention._relative_position_bucket(relative_position, bidirectional, "
+                       "num_buckets, max_distance)",
+        known_divergences=_t5_divergences(rel, bidirectional, num_buckets, max_distance),
         description=description,
     )
+def _bucket_case(tag, bidirectional, num_buckets, max_distance, rel, description):
+    direction = "bidirectional" if bidirectional else "unidirectional"
+    return bucket_case(f"relative.t5.bucket.{direction}.{tag}", bidirectional, num_buckets, max_distance, rel,
+                       description)
 
 
 def _bucket_cases() -> list[CaseSpec]:
@@ -113,21 +169,24 @@ def _bucket_cases() -> list[CaseSpec]:
     ]
 
 
-def _t5_bias_case(bidirectional, num_buckets, max_distance, num_heads, q_len, k_len, seed):
+def t5_bias_case(bidirectional, num_buckets, max_distance, num_heads, q_len, k_len, seed, *, name=None):
+    """A ``t5_bias`` case: the bias of a random table and its gradient for a random cotangent."""
     rng = np.random.default_rng(seed)
     direction = "bidirectional" if bidirectional else "unidirectional"
+    dout = rng.standard_normal((num_heads, q_len, k_len))
+    n = q_len * k_len  # at most every (i, j) of one head lands in one bucket
+    tolerances, model = dot_terms((n, n * _maxabs(dout)), extra=0, copies=True)
     return CaseSpec(
-        name=f"relative.t5.bias.{direction}.nb{num_buckets}_md{max_distance}.h{num_heads}_q{q_len}_k{k_len}",
+        name=name or f"relative.t5.bias.{direction}.nb{num_buckets}_md{max_distance}.h{num_heads}_q{q_len}_k{k_len}",
         encoding="t5_bias",
         params={"bidirectional": bidirectional, "max_distance": max_distance, "q_len": q_len, "k_len": k_len},
         conventions=conventions(layout="table (num_buckets, num_heads); bias (num_heads, q_len, k_len)",
                                 sign=T5_SIGN, scale_placement="added to the logits, never multiplied by a scale",
                                 semantics="Hugging Face T5Attention.compute_bias" + ALIGNMENT),
-        inputs={"weight": rng.standard_normal((num_buckets, num_heads)),
-                "dout": rng.standard_normal((num_heads, q_len, k_len))},
-        # bias is a copy (exact); dweight sums up to q_len*k_len normal values per bucket in
-        # np.add.at order: measured 8.9e-16 = 4 eps absolute; bound 16 eps absolute + 4 eps relative.
-        tolerance=tolerance(abs_eps=16, rel_eps=4),
+        inputs={"weight": rng.standard_normal((num_buckets, num_heads)), "dout": dout},
+        tolerances=tolerances, error_model=model,
+        reference_call="transformers T5Attention.compute_bias(query_length, key_length) (bias) and its autograd "
+                       "gradient w.r.t. relative_attention_bias.weight",
         description=f"T5 bias with q_len={q_len} < k_len={k_len} (queries are the last positions), distances "
                     f"past max_distance={max_distance} (clamp) and the table gradient (scatter-add over buckets)",
     )
@@ -142,22 +201,31 @@ def _shaw_cases() -> list[CaseSpec]:
                        sign="key - query, clipped to [-K, K], index + K",
                        scale_placement="relative logit term multiplied by the attention scale 1/sqrt(d)",
                        semantics="Shaw et al. 2018 / tensor2tensor dot_product_attention_relative" + ALIGNMENT)
+    q, table = rng.standard_normal((1, heads, q_len, d)), rng.standard_normal((2 * kmax + 1, d))
+    g = rng.standard_normal((1, heads, q_len, k_len))
+    n_table = heads * q_len * k_len
+    tolerances, model = dot_terms((d, scale * d * _maxabs(q) * _maxabs(table)),
+                                  (k_len, scale * k_len * _maxabs(g) * _maxabs(table)),
+                                  (n_table, scale * n_table * _maxabs(g) * _maxabs(q)))
     logits = CaseSpec(
         name=f"relative.shaw.logits.k{kmax}.b1_h{heads}_q{q_len}_k{k_len}_d{d}",
         encoding="shaw_logits",
         params={"max_relative_position": kmax, "k_len": k_len, "scale": scale},
         conventions=conv,
-        inputs={"q": rng.standard_normal((1, heads, q_len, d)), "key_table": rng.standard_normal((2 * kmax + 1, d)),
-                "dlogits": rng.standard_normal((1, heads, q_len, k_len))},
-        # length-4 dot products and table sums of up to 2*5*5 products of normals: measured
-        # 6.7e-16 = 3 eps absolute; bound 16 eps absolute + 4 eps relative.
-        tolerance=tolerance(abs_eps=16, rel_eps=4),
+        inputs={"q": q, "key_table": table, "dlogits": g},
+        tolerances=tolerances, error_model=model,
+        reference_call="tensor2tensor.layers.common_attention._relative_attention_inner(x, y, z, transpose=True) "
+                       "(dot_product_attention_relative) and its autograd gradients",
         description="relative key term s*q_i.wK[clip(j-i,-2,2)+2] with clipping (|j-i| up to 4), its q gradient "
                     "and the scatter-add gradient of the shared key table",
     )
     q_len, k_len, dv = 3, 6, 3
     probs = rng.random((1, heads, q_len, k_len))
     probs /= probs.sum(axis=-1, keepdims=True)
+    vtable, u = rng.standard_normal((2 * kmax + 1, dv)), rng.standard_normal((1, heads, q_len, dv))
+    n_table = heads * q_len * k_len
+    tolerances, model = dot_terms((k_len, k_len * _maxabs(vtable)), (dv, dv * _maxabs(u) * _maxabs(vtable)),
+                                  (n_table, n_table * _maxabs(u)), extra=0)
     values = CaseSpec(
         name=f"relative.shaw.values.k{kmax}.b1_h{heads}_q{q_len}_k{k_len}_dv{dv}",
         encoding="shaw_values",
@@ -166,11 +234,10 @@ def _shaw_cases() -> list[CaseSpec]:
                                        "heads", sign="key - query, clipped to [-K, K], index + K",
                                 scale_placement="n/a (added to the attention output)",
                                 semantics=conv["semantics"]),
-        inputs={"probs": probs, "value_table": rng.standard_normal((2 * kmax + 1, dv)),
-                "dout": rng.standard_normal((1, heads, q_len, dv))},
-        # sums of up to 2*3*6 products of terms below 3 in size: measured 4.4e-16 = 2 eps absolute;
-        # bound 8 eps absolute + 4 eps relative.
-        tolerance=tolerance(abs_eps=8, rel_eps=4),
+        inputs={"probs": probs, "value_table": vtable, "dout": u},
+        tolerances=tolerances, error_model=model,
+        reference_call="tensor2tensor.layers.common_attention._relative_attention_inner(weights, "
+                       "relations_values, transpose=False) and its autograd gradients",
         description="relative value term sum_j p_ij wV[idx_ij] with q_len=3 < k_len=6 (queries are the last "
                     "3 positions, as in tensor2tensor), dprobs and the value-table scatter-add",
     )
@@ -180,6 +247,13 @@ def _shaw_cases() -> list[CaseSpec]:
 def _bert_case(mode, q_len, k_len, tag, seed):
     rng = np.random.default_rng(seed)
     big_p, d, heads = 6, 4, 2
+    q, k = rng.standard_normal((1, heads, q_len, d)), rng.standard_normal((1, heads, k_len, d))
+    table, g = rng.standard_normal((2 * big_p - 1, d)), rng.standard_normal((1, heads, q_len, k_len))
+    both = 2 if mode.endswith("query") else 1
+    qk, n_table = _maxabs(q, k), both * heads * q_len * k_len
+    tolerances, model = dot_terms((both * d, 0.5 * both * d * qk * _maxabs(table)),
+                                  (max(q_len, k_len), 0.5 * max(q_len, k_len) * _maxabs(g) * _maxabs(table)),
+                                  (n_table, 0.5 * n_table * _maxabs(g) * qk))
     return CaseSpec(
         name=f"relative.bert.{mode}.p{big_p}.b1_h{heads}_q{q_len}_k{k_len}_d{d}{tag}",
         encoding="bert_relative",
@@ -190,13 +264,10 @@ def _bert_case(mode, q_len, k_len, tag, seed):
             scale_placement="relative scores added to raw q.k, the sum divided by sqrt(d) (term multiplied by "
                             "1/sqrt(d) = 0.5)",
             semantics="Hugging Face BertSelfAttention position_embedding_type=" + mode + ALIGNMENT),
-        inputs={"q": rng.standard_normal((1, heads, q_len, d)), "k": rng.standard_normal((1, heads, k_len, d)),
-                "table": rng.standard_normal((2 * big_p - 1, d)),
-                "dscores": rng.standard_normal((1, heads, q_len, k_len))},
-        # length-4 (two for relative_key_query) dot products, table sums of up to 2*q*k products of
-        # normals: measured 8.9e-16 = 4 eps absolute (relative_key_query); bound 16 eps absolute
-        # + 4 eps relative.
-        tolerance=tolerance(abs_eps=16, rel_eps=4),
+        inputs={"q": q, "k": k, "table": table, "dscores": g},
+        tolerances=tolerances, error_model=model,
+        reference_call=f"transformers BertSelfAttention(config, position_embedding_type={mode!r}) relative term "
+                       "(einsum with distance_embedding) and its autograd gradients",
         description=f"BERT {mode} scores, their q{'/k' if mode.endswith('query') else ''} gradients and the "
                     f"distance-table scatter-add; q_len={q_len}, k_len={k_len} (k_len = P uses the whole table)",
     )
@@ -204,8 +275,8 @@ def _bert_case(mode, q_len, k_len, tag, seed):
 
 def cases() -> list[CaseSpec]:
     out = _bucket_cases()
-    out.append(_t5_bias_case(True, 8, 12, 2, 5, 16, 20261202))
-    out.append(_t5_bias_case(False, 8, 10, 3, 6, 14, 20261203))
+    out.append(t5_bias_case(True, 8, 12, 2, 5, 16, 20261202))
+    out.append(t5_bias_case(False, 8, 10, 3, 6, 14, 20261203))
     out += _shaw_cases()
     out.append(_bert_case("relative_key", 5, 5, "", 20261204))
     out.append(_bert_case("relative_key_query", 5, 5, "", 20261205))

@@ -1,14 +1,25 @@
 """Golden cases for Transformer-XL (rel_shift, relative scores) and DeBERTa (log buckets,
-relative positions, disentangled c2p/p2c scores)."""
+relative positions, disentangled c2p/p2c scores).
+
+Error models (:mod:`.tolerance`): ``rel_shift`` and its adjoint copy values (exact in float64);
+buckets and relative positions are integers (exact, with the floating-point DeBERTa ports that
+land one bucket off listed as known divergences); scores and their gradients are sums of
+products (:func:`.tolerance.dot`, terms and magnitudes from the shapes and the largest
+inputs); the softmax outputs follow :func:`.tolerance.attention` with those logit errors.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .. import attention
 from ..relative import deberta, transformer_xl
 from . import oracle_relative_xl as oracle
-from .spec import CaseSpec, Encoding, conventions, exact, tolerance
+from . import tolerance as tol
+from .cases_relative import dot_terms
+from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
 
 TXL = "Dai et al. 2019 (Transformer-XL), sec. 3.3; kimiyoung/transformer-xl _rel_shift"
 DEBERTA = "He et al. 2021 (paper), HF DeBERTa-v2 buckets"
@@ -108,13 +119,14 @@ def _txl_cases(rng) -> list[CaseSpec]:
             conventions=conventions(layout="(..., q_len, k_len), input column m = distance k_len-1-m",
                                     sign="output holds distance query - key (bottom-right)", semantics=TXL),
             inputs={"x": rng.standard_normal(lead + (q_len, k_len)), "dout": rng.standard_normal(lead + (q_len, k_len))},
-            tolerance=exact(),
+            tolerances=tol.rounded(), error_model="rounded: copies (exact in float64; the inputs rounded once in a "
+                                                  "dtype)",
+            reference_call="transformers TransfoXL RelPartialLearnableMultiHeadAttn._rel_shift(x) "
+                           "(kimiyoung/transformer-xl _rel_shift) and its autograd gradient",
             description=f"rel_shift (pad zero column, reshape, drop first row) and its adjoint; {why}",
         ))
-    # Scores: s * (two d-term dot products) with r_t = W_r^T R_t a d_r-term sum of sin/cos
-    # (angles <= 4 rad, ~1 ulp each); gradients are sums of up to ~30 such products. The error
-    # is absolute (cancellation), a few ulp of the sum of |products| (values up to ~8 here).
-    # Measured max abs error 8 eps (dq, dv of q3_k5); bound 32 eps absolute + 4 eps relative.
+    # Scores: s * (two d-term dot products) with r_t = W_r^T R_t a d_r-term sum of sin/cos of
+    # angles below 5 rad; gradients are sums of such products (_txl_tol).
     for q_len, k_len, d_r, clamp_len, why in (
         (3, 5, 6, None, "memory of 2 (queries are the last 3 of 5 positions)"),
         (4, 4, 8, 2, "q_len == k_len with clamp_len=2 (distances 3 use r_2)"),
@@ -122,6 +134,12 @@ def _txl_cases(rng) -> list[CaseSpec]:
         n_heads, d, batch = 2, 3, 1
         g = rng.standard_normal((batch, n_heads, q_len, k_len))
         g = np.where(attention.causal_mask(q_len, k_len), g, 0.0)
+        inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
+                  "k": rng.standard_normal((batch, n_heads, k_len, d)),
+                  "value": rng.standard_normal((batch, n_heads, k_len, 2)),
+                  "u": rng.standard_normal((n_heads, d)), "v": rng.standard_normal((n_heads, d)),
+                  "W_r": rng.standard_normal((d_r, n_heads * d)), "dlogits": g}
+        tolerances, model = _txl_tol(inputs, d_r)
         out.append(CaseSpec(
             name=f"relative.txl.score.q{q_len}_k{k_len}" + ("" if clamp_len is None else f".clamp{clamp_len}"),
             encoding="relative.txl.score",
@@ -130,16 +148,38 @@ def _txl_cases(rng) -> list[CaseSpec]:
                                            "W_r (d_r, H*d)",
                                     sign="distance = query - key, query i at i + k_len - q_len",
                                     scale_placement="all terms over sqrt(d)", semantics=TXL),
-            inputs={"q": rng.standard_normal((batch, n_heads, q_len, d)),
-                    "k": rng.standard_normal((batch, n_heads, k_len, d)),
-                    "value": rng.standard_normal((batch, n_heads, k_len, 2)),
-                    "u": rng.standard_normal((n_heads, d)), "v": rng.standard_normal((n_heads, d)),
-                    "W_r": rng.standard_normal((d_r, n_heads * d)), "dlogits": g},
-            tolerance=tolerance(abs_eps=32, rel_eps=4),
+            inputs=inputs, tolerances=tolerances, error_model=model,
+            reference_call="transformers TransfoXL RelPartialLearnableMultiHeadAttn.forward (AC + BD with _rel_shift)"
+                           " and its autograd gradients",
             description="Transformer-XL score (q+u).k + (q+v).r_{i-j} over sqrt(d) (masked future entries 0), "
                         f"causal attention output, and gradients of sum(dlogits*score); {why}",
         ))
     return out
+
+
+def log_bucket_case(name, bucket_size, max_position, rel, description, *, semantics=DEBERTA) -> CaseSpec:
+    """A ``relative.deberta.log_bucket`` case (exact, with the floating-point ports' divergences)."""
+    return CaseSpec(
+        name=name, encoding="relative.deberta.log_bucket",
+        params={"bucket_size": bucket_size, "max_position": max_position},
+        conventions=conventions(layout="elementwise", sign=QK, semantics=semantics), inputs={"relative_pos": rel},
+        tolerances=tol.exact(), error_model="exact: integer buckets", reference_call=REF_BUCKET,
+        known_divergences=_deberta_divergences(rel, bucket_size, max_position), description=description)
+
+
+def relative_positions_case(name, q_len, k_len, bucket_size, max_position, description, *,
+                            query_offset=None) -> CaseSpec:
+    """A ``relative.deberta.relative_positions`` case (exact)."""
+    params = {"q_len": q_len, "k_len": k_len, "bucket_size": bucket_size, "max_position": max_position}
+    if query_offset is not None:
+        params["query_offset"] = query_offset
+    return CaseSpec(
+        name=name, encoding="relative.deberta.relative_positions", params=params,
+        conventions=conventions(layout="(q_len, k_len)", sign=QK, semantics=DEBERTA),
+        inputs={}, tolerances=tol.exact(), error_model="exact: integer relative positions",
+        reference_call="transformers.models.deberta_v2.modeling_deberta_v2.build_relative_position(query_layer, "
+                       "key_layer, bucket_size, max_position)",
+        description=description)
 
 
 def _deberta_bucket_cases() -> list[CaseSpec]:
@@ -153,38 +193,21 @@ def _deberta_bucket_cases() -> list[CaseSpec]:
     steps = [131, 133, 201, 258, 303, 349, 411, 506, 512]
     pts = (set(range(0, 12)) | set(range(120, 140)) | set(steps) | {t - 1 for t in steps}
            | {216, 500, 402, 510, 511, 513, 1471, 2650, 4096, 100000})
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b256_m512",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 256, "max_position": 512},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
-        inputs={"relative_pos": _sym(pts)},
-        tolerance=exact(),
-        description="DeBERTa-v2 make_log_bucket_position, position_buckets=256, max_relative_positions=512: "
-                    "identity for |r| <= 128, log buckets up to 255 at |r| = 511, odd in r",
-    ))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b256_m512", 256, 512, _sym(pts),
+        "DeBERTa-v2 make_log_bucket_position, position_buckets=256, max_relative_positions=512: "
+        "identity for |r| <= 128, log buckets up to 255 at |r| = 511, odd in r"))
     # A configuration where the ceiling's argument is an exact integer inside the table:
     # 8 ln(15/9) / ln(25/9) = 4 because (15/9)^8 = (25/9)^4. Exact bucket(15) = 13; a plain
     # float64 evaluation gives 4.000000000000001 and 14. Also r = 25 = M - 1 (value 8, exact).
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b18_m26.exact_tie",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 18, "max_position": 26},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA + "; ceiling of the exact value"),
-        inputs={"relative_pos": _sym(range(1, 41))},
-        tolerance=exact(),
-        description="log buckets b=18, M=26, |r| <= 40: r = +-15 sits exactly on a bucket boundary "
-                    "(exact 13, naive float64 14); float implementations must round the log ratio carefully",
-    ))
-    out.append(CaseSpec(
-        name="relative.deberta.log_bucket.b2_m4",
-        encoding="relative.deberta.log_bucket",
-        params={"bucket_size": 2, "max_position": 4},
-        conventions=conventions(layout="elementwise", sign=QK, semantics=DEBERTA),
-        inputs={"relative_pos": _sym([1, 2, 3, 4, 100])},
-        tolerance=exact(),
-        description="smallest valid configuration: mid = 1, mid - 1 = 0, every |r| >= 1 maps to +-1",
-    ))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b18_m26.exact_tie", 18, 26, _sym(range(1, 41)),
+        "log buckets b=18, M=26, |r| <= 40: r = +-15 sits exactly on a bucket boundary "
+        "(exact 13, naive float64 14); float implementations must round the log ratio carefully",
+        semantics=DEBERTA + "; ceiling of the exact value"))
+    out.append(log_bucket_case(
+        "relative.deberta.log_bucket.b2_m4", 2, 4, _sym([1, 2, 3, 4, 100]),
+        "smallest valid configuration: mid = 1, mid - 1 = 0, every |r| >= 1 maps to +-1"))
     return out
 
 
@@ -196,28 +219,18 @@ def _deberta_position_cases() -> list[CaseSpec]:
         (3, 6, -1, -1, 0, "query_offset=0: Hugging Face build_relative_position (query i at i)"),
         (2, 20, 8, 12, None, "decode-like block with log buckets b=8, M=12 (clamped beyond bucket 7)"),
     ):
-        params = {"q_len": q_len, "k_len": k_len, "bucket_size": b, "max_position": m}
         name = f"relative.deberta.relative_positions.q{q_len}_k{k_len}"
         if b > 0:
             name += f".b{b}_m{m}"
         if offset is not None:
-            params["query_offset"] = offset
             name += f".offset{offset}"
-        out.append(CaseSpec(
-            name=name, encoding="relative.deberta.relative_positions", params=params,
-            conventions=conventions(layout="(q_len, k_len)", sign=QK, semantics=DEBERTA),
-            inputs={}, tolerance=exact(),
-            description=f"DeBERTa relative positions query - key; {why}",
-        ))
+        out.append(relative_positions_case(name, q_len, k_len, b, m, f"DeBERTa relative positions query - key; {why}",
+                                           query_offset=offset))
     return out
 
 
 def _deberta_score_cases(rng) -> list[CaseSpec]:
     out = []
-    # Logits are s * (three d-term dot products), s = 1/sqrt(3d); out a softmax-weighted sum;
-    # gradients sums of <= 2*6*2 products of O(1) values. The error is absolute (cancellation),
-    # a few ulp of the sum of |products| (values up to ~8); measured max abs error 4 eps
-    # (logits, c2p); bound 16 eps absolute + 4 eps relative.
     for q_len, k_len, pb, mrp, types, p2c, why in (
         (4, 4, -1, 2, ("c2p", "p2c"), "paper", "square, span 2 (clamps for |rel| >= 2)"),
         (4, 4, -1, 2, ("c2p", "p2c"), "hf", "square, span 2, p2c index of HF/microsoft code (delta(i,j))"),
@@ -236,6 +249,7 @@ def _deberta_score_cases(rng) -> list[CaseSpec]:
         if "p2c" in types:
             inputs["pos_query"] = rng.standard_normal((n_heads, 2 * span, d))
         tag = "_".join(types) + (f".b{pb}_m{mrp}" if pb > 0 else f".span{mrp}")
+        tolerances, model = _deberta_tol(inputs, len(types))
         out.append(CaseSpec(
             name=f"relative.deberta.c2p_p2c.q{q_len}_k{k_len}.{tag}.{p2c}",
             encoding="relative.deberta.c2p_p2c",
@@ -246,12 +260,82 @@ def _deberta_score_cases(rng) -> list[CaseSpec]:
                 sign=QK + ("; p2c row clamp(-rel + span)" if p2c == "paper" else "; p2c row clamp(rel + span)"),
                 scale_placement=f"all terms over sqrt({1 + len(types)}d)",
                 semantics=DEBERTA if p2c == "paper" else DEBERTA_HF),
-            inputs=inputs,
-            tolerance=tolerance(abs_eps=16, rel_eps=4),
+            inputs=inputs, tolerances=tolerances, error_model=model,
+            reference_call="transformers DebertaV2 DisentangledSelfAttention.disentangled_attention_bias(query_layer, "
+                           "key_layer, relative_pos, rel_embeddings, scale_factor) and its autograd gradients",
             description="DeBERTa disentangled scores: unscaled c2p/p2c terms, full logits, softmax attention "
                         f"output and gradients of sum(dlogits*logits); {why}",
         ))
     return out
+
+
+REF_BUCKET = "transformers.models.deberta_v2.modeling_deberta_v2.make_log_bucket_position(relative_pos, bucket_size, " \
+             "max_position)"
+
+
+def deberta_bucket_in(rel, bucket_size: int, max_position: int, dtype) -> np.ndarray:
+    """DeBERTa's ``make_log_bucket_position`` with its log term in ``dtype`` (float32: Hugging Face's
+    torch default; float64: a plain NumPy port), ceiling as in the original."""
+    rel = np.asarray(rel, dtype=np.int64)
+    mid = bucket_size // 2
+    a = np.where((rel < mid) & (rel > -mid), mid - 1, np.abs(rel))
+    with np.errstate(divide="ignore", invalid="ignore"):  # log(0) where a <= mid: not used
+        ratio = log_in(a.astype(dtype) / dtype(mid), dtype) / log_in(dtype((max_position - 1) / mid), dtype)
+        log_pos = np.nan_to_num(np.ceil(ratio * dtype(mid - 1))).astype(np.int64) + mid
+    return np.where(a <= mid, rel, log_pos * np.sign(rel))
+
+
+def _deberta_divergences(rel, bucket_size, max_position) -> tuple:
+    ports = {"Hugging Face make_log_bucket_position (torch float32)":
+             deberta_bucket_in(rel, bucket_size, max_position, np.float32),
+             "make_log_bucket_position in float64 (NumPy port)":
+             deberta_bucket_in(rel, bucket_size, max_position, np.float64)}
+    return bucket_divergences("relative_pos", rel, deberta.deberta_log_bucket_position(rel, bucket_size, max_position),
+                              ports, "the log ratio lands just above an integer and the ceiling takes the next "
+                                     "bucket (emulated with correctly rounded log)")
+
+
+def _m(inputs, *names) -> float:
+    return max(float(np.abs(inputs[n]).max()) for n in names)
+
+
+def _softmax_out(logit_tolerances: dict, inputs, *, scale) -> dict:
+    """tolerance.attention's output bound for logits with the given errors (no cotangent of the output)."""
+    logit = {t: e["abs"] for t, e in logit_tolerances.items()}
+    v = inputs["value"]
+    return tol.attention(q=inputs["q"], k=inputs["k"], v=v, g=np.zeros(v.shape[:-2] + inputs["q"].shape[-2:-1] + v.shape[-1:]),
+                         scale=scale, logit_error=logit)["out"]
+
+
+def _txl_tol(inputs, d_r) -> tuple[dict, str]:
+    b, _, q_len, d = inputs["q"].shape
+    k_len = inputs["k"].shape[-2]
+    s = 1 / math.sqrt(d)
+    Q, K, U, V, W, G = (_m(inputs, n) for n in ("q", "k", "u", "v", "W_r", "dlogits"))
+    pairs = b * q_len * k_len
+    score = (2 * d + d_r + 6, s * d * ((Q + U) * K + (Q + V) * d_r * W))  # R entries are sin/cos, |R| <= 1
+    grads = [(k_len + d_r + 3, s * k_len * G * (K + d_r * W)), (q_len + 2, s * q_len * G * (Q + U)),
+             (pairs + 1, s * pairs * G * K), (pairs + d_r + 1, s * pairs * G * d_r * W),
+             (pairs + 3, s * pairs * G * (Q + V))]
+    tolerances, model = dot_terms(score, *grads)
+    logits = tol.dot(*score, extra=1)
+    out = _softmax_out(logits, inputs, scale=s)
+    return tol.widest(tolerances, out), model + "; out: attention (softmax of those logits)"
+
+
+def _deberta_tol(inputs, n_terms) -> tuple[dict, str]:
+    b, _, q_len, d = inputs["q"].shape
+    k_len = inputs["k"].shape[-2]
+    s = 1 / math.sqrt(d * (1 + n_terms))
+    pos = [n for n in ("pos_key", "pos_query") if n in inputs]
+    Q, K, G, P = _m(inputs, "q"), _m(inputs, "k"), _m(inputs, "dlogits"), _m(inputs, *pos)
+    pairs = b * q_len * k_len
+    logit = ((1 + n_terms) * d + 2, s * (1 + n_terms) * d * max(Q, K) * max(K, P))
+    terms = [(d, d * max(Q, K) * P), logit, (k_len + 2, s * k_len * G * (K + P)), (q_len + 2, s * q_len * G * (Q + P)),
+             (pairs, s * pairs * G * max(Q, K))]
+    tolerances, model = dot_terms(*terms)
+    out = _softmax_out(tol.dot(*logit, extra=1), inputs, scale=s)
+    return tol.widest(tolerances, out), model + "; out: attention (softmax of those logits)"
 
 
 def cases() -> list[CaseSpec]:

@@ -3,16 +3,22 @@
 Family modules are discovered by name (sorted), so adding a family is adding a file.
 Importing this module imports neither mpmath nor the families; :func:`encodings` and
 :func:`cases` do.
+
+The catalogue is also what a suite is trusted against: for a case name it knows,
+:func:`document_fields` gives every field of the case document except its outputs (and the
+informational ``library_version``), computed here and never read from a file.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import importlib
+import json
 import pkgutil
-from functools import lru_cache
+from functools import cache
 
-from .spec import CaseSpec, Encoding
+from . import format as fmt
+from .spec import ORACLE, CaseSpec, Encoding
 
 
 def family_modules() -> list[str]:
@@ -21,7 +27,7 @@ def family_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(golden.__path__) if m.name.startswith("cases_"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def encodings() -> dict[str, Encoding]:
     """All registered encodings by name."""
     table: dict[str, Encoding] = {}
@@ -48,9 +54,38 @@ def cases(only=None) -> list[CaseSpec]:
                 raise RuntimeError(f"case {spec.name!r} names unknown encoding {spec.encoding!r}")
             seen.add(spec.name)
             result.append(spec)
-    if only:
-        unmatched = [p for p in only if not any(fnmatch.fnmatchcase(s.name, p) for s in result)]
-        if unmatched:
-            raise ValueError(f"--only patterns matched no case: {unmatched}")
-        result = [s for s in result if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
-    return result
+    return select(result, only)
+
+
+def select(specs: list[CaseSpec], only=None) -> list[CaseSpec]:
+    """The specs whose names match any of ``only`` (names or glob patterns); all when ``only`` is empty.
+
+    Raises ``ValueError`` naming the patterns that match nothing.
+    """
+    if not only:
+        return list(specs)
+    unmatched = [p for p in only if not any(fnmatch.fnmatchcase(s.name, p) for s in specs)]
+    if unmatched:
+        raise ValueError(f"--only patterns matched no case: {unmatched}")
+    return [s for s in specs if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
+
+
+@cache
+def by_name() -> dict[str, CaseSpec]:
+    """Every case spec by name (built once per process; specs are read-only)."""
+    return {s.name: s for s in cases()}
+
+
+def document_fields(spec: CaseSpec) -> dict:
+    """The case-document fields a spec determines, as JSON values (everything but outputs)."""
+    def arrays(group: dict) -> dict:
+        return {k: fmt.array_to_json(v) for k, v in group.items()}
+
+    return json.loads(json.dumps({
+        "name": spec.name, "encoding": spec.encoding, "description": spec.description, "params": spec.params,
+        "conventions": spec.conventions, "inputs": arrays(spec.inputs), "dtype": "float64",
+        "tolerances": spec.tolerances, "error_model": spec.error_model, "reference_call": spec.reference_call,
+        "known_divergences": [{**d, "inputs": arrays(d["inputs"]), "outputs": arrays(d["outputs"])}
+                              for d in spec.known_divergences],
+        "oracle": ORACLE,
+    }, allow_nan=False))

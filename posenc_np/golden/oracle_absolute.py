@@ -9,9 +9,7 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
-from ._mp import grid as _grid
-
-
+from ._mp import extra_digits_for as _extra_digits_for, grid as _grid
 
 def sinusoidal(params, inputs):
     """PE[p, 2i] = sin(p * base^(-2i/d)), PE[p, 2i+1] = cos(...) (interleaved) or [sin | cos]."""
@@ -29,7 +27,8 @@ def sinusoidal(params, inputs):
         angle = p * mp.power(base, -mp.mpf(2 * i) / d)
         return mp.cos(angle) if use_cos else mp.sin(angle)
 
-    return {"encoding": _grid(pos.shape + (d,), value)}
+    with _extra_digits_for(pos):
+        return {"encoding": _grid(pos.shape + (d,), value)}
 
 
 def timing_signal(params, inputs):
@@ -49,7 +48,8 @@ def timing_signal(params, inputs):
         w = tmin * mp.exp(-i * mp.log(tmax / tmin) / max(n - 1, 1))
         return mp.sin(p * w) if c < n else mp.cos(p * w)
 
-    return {"encoding": _grid(pos.shape + (d,), value)}
+    with _extra_digits_for(np.abs(pos) + abs(start)):
+        return {"encoding": _grid(pos.shape + (d,), value)}
 
 
 def learned(params, inputs):

@@ -2,8 +2,15 @@
 
 Each function takes ``(params, inputs)`` and returns object arrays of ``mpmath.mpf`` (or Python
 ints); the caller sets the working precision and rounds once to float64. Frequencies are
-described by ``params`` (``dim``, ``base``, ``scaling``, ``seq_len``,
+described by ``params`` (``rotary_dim``, ``head_dim``, ``base``, ``scaling``, ``seq_len``,
 ``max_position_embeddings``) and evaluated here from the formula for each ``rope_type``.
+Functions that take positions raise the working precision by the digits the largest
+position needs (:func:`._mp.position_digits`), frequencies included, so that angles up to
+``10^7`` and beyond keep every digit after reduction modulo ``2 pi``.
+
+Positions and vectors: ``x`` has shape ``(..., head_dim)``; ``positions`` has the shape of
+``x.shape[:-1]``, or that shape without its heads axis (``x`` of shape ``(batch, heads, seq,
+head_dim)`` with positions ``(batch, seq)``), or is one sequence ``(seq,)``.
 """
 
 from __future__ import annotations
@@ -11,9 +18,10 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 
-from ._mp import grid as _grid, mpf as _mpf
-
-
+from ._mp import extra_digits_for as _extra_digits_for
+from ._mp import grid as _grid
+from ._mp import mpf as _mpf
+from ._mp import value as _value
 
 
 def _vector(values):
@@ -47,15 +55,17 @@ def _kind(scaling):
 
 
 def frequencies(params):
-    """(list of mpf inverse frequencies, mpf attention factor, extra outputs dict)."""
-    d = params["dim"]
+    """(list of mpf inverse frequencies, mpf attention factor, extra outputs dict).
+
+    ``rotary_dim`` pairs are rotated with ``rotary_dim // 2`` frequencies; ``proportional``
+    uses the head dim (``rotary_dim == head_dim`` there, the tail frequencies are zero).
+    """
+    d = params["rotary_dim"]
     kind, sc = _kind(params.get("scaling"))
     base = _mpf(sc.get("rope_theta") or params["base"])
     seq_len, max_pos = params.get("seq_len"), params.get("max_position_embeddings")
     L0 = sc.get("original_max_position_embeddings") or max_pos
     one, extra = mp.mpf(1), {}
-    if kind != "proportional" and sc.get("partial_rotary_factor") is not None:
-        d = int(mp.floor(_mpf(sc["partial_rotary_factor"]) * d))  # HF: dim = int(head_dim * p)
     if kind in ("default", "mrope"):
         return _plain(d, base), one, extra
     if kind == "linear":
@@ -137,74 +147,112 @@ def _pairs(n, layout):
 
 
 def _rotate(x_row, angles, amps, layout, sign=1):
-    """Rotate pairs of one float64 row by sign*angle, scaled by amps; tail channels copy."""
+    """Rotate pairs of one row by sign*angle, scaled by amps; tail channels copy.
+
+    ``sign=-1`` with the same ``amps`` is the transposed map: the vector-Jacobian product.
+    """
     n = len(angles)
     pair = _pairs(n, layout)
-    out = [_mpf(v) for v in x_row]
+    out = [_value(v) for v in x_row]
     for i in range(n):
         ia, ib = pair(i)
-        a, b = _mpf(x_row[ia]), _mpf(x_row[ib])
+        a, b = _value(x_row[ia]), _value(x_row[ib])
         c, s = amps[i] * mp.cos(angles[i]), sign * amps[i] * mp.sin(angles[i])
         out[ia], out[ib] = a * c - b * s, a * s + b * c
     return out
 
 
-def _rotate_all(x, angle_fn, amp_fn, layout, sign=1):
-    """x: (..., L, D) float64; angle_fn(l) / amp_fn(l) give per-pair angles / amplitudes at row l."""
+def _position_index(idx, pos_ndim):
+    """Index into ``positions`` of the row ``x[idx]`` (see the module docstring)."""
+    if len(idx) == pos_ndim:
+        return idx
+    if len(idx) == pos_ndim + 1:
+        return idx[:-2] + idx[-1:]  # x carries a heads axis the positions do not
+    return idx[-1:]  # one sequence of positions shared by every leading axis
+
+
+def _rotate_all(x, pos_ndim, angle_fn, amp_fn, layout, sign=1):
+    """Rotate every row of ``x`` (..., D); angle_fn(pidx) / amp_fn(pidx) give per-pair angles and
+    amplitudes at the positions index of the row."""
     out = np.empty(x.shape, dtype=object)
     for idx in np.ndindex(*x.shape[:-1]):
-        out[idx] = _rotate(x[idx], angle_fn(idx[-1]), amp_fn(idx[-1]), layout, sign)
+        pidx = _position_index(idx, pos_ndim)
+        out[idx] = _rotate(x[idx], angle_fn(pidx), amp_fn(pidx), layout, sign)
     return out
 
 
 def cos_sin(params, inputs):
     """cos/sin tables a*cos(p w_i), a*sin(p w_i) in the half or interleaved layout."""
-    inv, af, _ = frequencies(params)
-    a = _mpf(params["attention_factor"]) if "attention_factor" in params else af
-    layout, pos, n = params["layout"], inputs["positions"], len(inv)
+    pos = inputs["positions"]
+    with _extra_digits_for(pos):
+        inv, af, _ = frequencies(params)
+        a = _mpf(params["attention_factor"]) if "attention_factor" in params else af
+        layout, n = params["layout"], len(inv)
 
-    def value(fn):
-        def at(*idx):
-            *pidx, ch = idx
-            i = ch % n if layout == "half" else ch // 2
-            return a * fn(_mpf(pos[tuple(pidx)]) * inv[i])
-        return at
+        def value(fn):
+            def at(*idx):
+                *pidx, ch = idx
+                i = ch % n if layout == "half" else ch // 2
+                return a * fn(_mpf(pos[tuple(pidx)]) * inv[i])
+            return at
 
-    return {"cos": _grid(pos.shape + (2 * n,), value(mp.cos)), "sin": _grid(pos.shape + (2 * n,), value(mp.sin))}
+        return {"cos": _grid(pos.shape + (2 * n,), value(mp.cos)), "sin": _grid(pos.shape + (2 * n,), value(mp.sin))}
 
 
 def apply(params, inputs):
-    """y = R_{p w} x (times the attention factor), dx = R_{-p w} dy (same factor)."""
-    inv, af, _ = frequencies(params)
-    layout, pos = params["layout"], inputs["positions"]
-    angles = lambda l: [_mpf(pos[l]) * w for w in inv]  # noqa: E731
-    amps = lambda l: [af] * len(inv)  # noqa: E731
-    return {"y": _rotate_all(inputs["x"], angles, amps, layout),
-            "dx": _rotate_all(inputs["dy"], angles, amps, layout, sign=-1)}
+    """y = R_{p w} x (times the attention factor), dx = R_{p w}^T dy (the same map with -sin)."""
+    pos = inputs["positions"]
+    with _extra_digits_for(pos):
+        inv, af, _ = frequencies(params)
+        layout = params["layout"]
+        angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]
+        amps = lambda pidx: [af] * len(inv)
+        return {"y": _rotate_all(inputs["x"], pos.ndim, angles, amps, layout),
+                "dx": _rotate_all(inputs["dy"], pos.ndim, angles, amps, layout, sign=-1)}
 
 
 def xpos(params, inputs):
-    """q' = zeta^((p-c)/B) R q, k' = zeta^(-(p-c)/B) R k, zeta_i = (2i + 0.4d)/(1.4d); scores q'k'^T."""
-    d, layout, B = params["dim"], params["layout"], _mpf(params["scale_base"])
+    """q' = zeta^((p-c)/B) R q, k' = zeta^(-(p-c)/B) R k, zeta_i = (2i + 0.4d)/(1.4d); scores q'k'^T.
+
+    With a cotangent ``dscores`` G of the scores: dq'_m = sum_j G_mj k'_j, dk'_j = sum_m G_mj q'_m,
+    and dq_m, dk_j are those rotated back by the transposed (equally scaled) maps.
+    """
+    d, layout, B = params["rotary_dim"], params["layout"], _mpf(params["scale_base"])
     inv = _plain(d, _mpf(params["base"]))
     n_total, centre = params.get("seq_len"), params["centre"]
     c = {"none": 0, "torchscale": -(-(n_total or 0) // 2), "rotary-embedding-torch": (n_total or 0) // 2}[centre]
     zeta = [(2 * i + mp.mpf("0.4") * d) / (mp.mpf("1.4") * d) for i in range(d // 2)]
     pos = inputs["positions"]
-    angles = lambda l: [_mpf(pos[l]) * w for w in inv]  # noqa: E731
-    q = _rotate_all(inputs["q"], angles, lambda l: [mp.power(z, (_mpf(pos[l]) - c) / B) for z in zeta], layout)
-    k = _rotate_all(inputs["k"], angles, lambda l: [mp.power(z, -(_mpf(pos[l]) - c) / B) for z in zeta], layout)
-    L = pos.shape[0]
-    scores = _grid((L, L), lambda m, j: mp.fsum(q[m, ch] * k[j, ch] for ch in range(q.shape[1])))
-    return {"q": q, "k": k, "scores": scores}
+    angles = lambda pidx: [_mpf(pos[pidx]) * w for w in inv]
+    amp_q = lambda pidx: [mp.power(z, (_mpf(pos[pidx]) - c) / B) for z in zeta]
+    amp_k = lambda pidx: [mp.power(z, -(_mpf(pos[pidx]) - c) / B) for z in zeta]
+    q = _rotate_all(inputs["q"], pos.ndim, angles, amp_q, layout)
+    k = _rotate_all(inputs["k"], pos.ndim, angles, amp_k, layout)
+    L, D = q.shape
+
+    def dot(a, b):
+        return mp.fsum(a[ch] * b[ch] for ch in range(D))
+
+    out = {"q": q, "k": k, "scores": _grid((L, L), lambda m, j: dot(q[m], k[j]))}
+    if "dscores" in inputs:
+        g = inputs["dscores"]
+        dq_rot = _grid((L, D), lambda m, ch: mp.fsum(_mpf(g[m, j]) * k[j, ch] for j in range(L)))
+        dk_rot = _grid((L, D), lambda j, ch: mp.fsum(_mpf(g[m, j]) * q[m, ch] for m in range(L)))
+        out["dq"] = _rotate_all(dq_rot, pos.ndim, angles, amp_q, layout, sign=-1)
+        out["dk"] = _rotate_all(dk_rot, pos.ndim, angles, amp_k, layout, sign=-1)
+    return out
 
 
-def _streamed(params, inputs, stream_of):
-    """Rotate x (L, D) with pair j driven by positions[stream_of(j), l] * w_j."""
-    inv = params["_inv"]
+def _streamed(params, inputs, freqs, stream_of):
+    """Rotate x (L, D) with pair j driven by positions[stream_of(j), l] * freqs[j]; with a
+    cotangent ``dy``, also dx = R^T dy."""
     pos = inputs["positions"]
-    angles = lambda l: [_mpf(pos[stream_of(j), l]) * inv[j] for j in range(len(inv))]  # noqa: E731
-    return {"y": _rotate_all(inputs["x"], angles, lambda l: [mp.mpf(1)] * len(inv), params["layout"])}
+    angles = lambda pidx: [_mpf(pos[(stream_of(j),) + pidx]) * freqs[j] for j in range(len(freqs))]
+    ones = lambda pidx: [mp.mpf(1)] * len(freqs)
+    out = {"y": _rotate_all(inputs["x"], pos.ndim - 1, angles, ones, params["layout"])}
+    if "dy" in inputs:
+        out["dx"] = _rotate_all(inputs["dy"], pos.ndim - 1, angles, ones, params["layout"], sign=-1)
+    return out
 
 
 def axial(params, inputs):
@@ -212,12 +260,12 @@ def axial(params, inputs):
     m = params["dim_per_axis"] // 2
     axes = inputs["positions"].shape[0]
     per_axis = _plain(2 * m, _mpf(params["base"]))
-    return _streamed({**params, "_inv": per_axis * axes}, inputs, lambda j: j // m)
+    return _streamed(params, inputs, per_axis * axes, lambda j: j // m)
 
 
 def mrope(params, inputs):
     """Frequency j follows stream t/h/w by mrope_section (Qwen2-VL contiguous, Qwen3-VL interleaved)."""
-    d, sec = params["dim"], params["mrope_section"]
+    d, sec = params["rotary_dim"], params["mrope_section"]
     if params["variant"] == "qwen2-vl":
         def stream_of(j):  # chunk k holds frequencies sum(sec[:k]) <= j < sum(sec[:k+1])
             return sum(1 for k in range(len(sec)) if sum(sec[:k + 1]) <= j) % 3
@@ -227,7 +275,7 @@ def mrope(params, inputs):
                 if j % 3 == s and j < 3 * sec[s]:
                     return s
             return 0
-    return _streamed({**params, "_inv": _plain(d, _mpf(params["base"]))}, inputs, stream_of)
+    return _streamed(params, inputs, _plain(d, _mpf(params["base"])), stream_of)
 
 
 def convert_layout(params, inputs):
@@ -246,16 +294,18 @@ def convert_layout(params, inputs):
 
 
 def long_term_decay(params, inputs):
-    """(1/n) sum_{j=1..n} |sum_{k<j} exp(i r theta_k)|, theta_k = base^(-2k/d)."""
-    theta = _plain(params["dim"], _mpf(params["base"]))
-    n = len(theta)
+    """``(1/n) sum_{j=1..n} |sum_{k<j} exp(i r theta_k)|``, ``theta_k = base^(-2k/d)``."""
+    distances = inputs["distances"]
+    with _extra_digits_for(distances):
+        theta = _plain(params["rotary_dim"], _mpf(params["base"]))
+        n = len(theta)
 
-    def bound(*idx):
-        r = _mpf(inputs["distances"][idx])
-        total, acc = mp.mpf(0), mp.mpc(0)
-        for t in theta:
-            acc += mp.expj(r * t)
-            total += abs(acc)
-        return total / n
+        def bound(*idx):
+            r = _mpf(distances[idx])
+            total, acc = mp.mpf(0), mp.mpc(0)
+            for t in theta:
+                acc += mp.expj(r * t)
+                total += abs(acc)
+            return total / n
 
-    return {"bound": _grid(inputs["distances"].shape, bound)}
+        return {"bound": _grid(distances.shape, bound)}

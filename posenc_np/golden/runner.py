@@ -1,37 +1,77 @@
-"""Generate a golden suite from the oracle, and verify a suite against the library.
+"""Generate a golden suite from the oracle; verify a suite against the catalogue and the library.
 
-``generate`` evaluates each case with the mpmath oracle, rounds once to float64, writes the
-case files and an ``index.json``, and reports how far the library's float64 path is from
-the oracle. ``verify`` re-reads a directory: schema, checksums, JSON/NPZ agreement, index
-agreement, and a recomputation of every case with the library.
+``generate`` evaluates each case with the mpmath oracle, rounds once to float64, and writes
+the case files, ``index.json`` and ``SHA256SUMS``. It never loses data: it refuses a
+non-empty directory unless told to replace (``mode="force"``) or extend (``mode="update"``)
+a suite it wrote, and refuses even then when the directory holds anything that suite's
+index does not list. The index is written first as a plan (every case still to write is
+``pending``); each case's files go to temporary names, are fsynced and renamed into place,
+and only then does the index (rewritten at least every :data:`COMMIT_SECONDS` and at the end,
+followed by ``SHA256SUMS``) record them. A kill at any moment leaves every file old or new,
+and ``verify`` names every case left unfinished; rerunning generate finishes them.
+
+``verify`` trusts nothing the suite says about itself. The index must list exactly the files
+present, with their SHA-256; for a case the catalogue knows, every field but the outputs
+must equal the catalogue's, and the stored outputs must match the library evaluated on the
+catalogue's parameters and inputs within the catalogue's tolerance (with ``oracle=True``,
+they must also equal the oracle's float64 values bit for bit). A case the catalogue does not
+know is checked for format only and reported as ``unknown``, never as ``pass``. Every
+problem is a row naming the file; the run goes on.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import math
+import multiprocessing
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .. import _version
-from . import catalogue, format as fmt
-from .spec import ORACLE, ORACLE_DIGITS, CaseSpec, finish_oracle_output
+from . import catalogue, safe_io
+from . import format as fmt
+from .safe_io import GoldenFormatError, short
+from .spec import ORACLE_DIGITS, CaseSpec, finish_oracle_output
+from .v1_files import V1_FILES
 
-INDEX = "index.json"
+INDEX, SUMS = fmt.INDEX, fmt.SUMS
+PASS, FAIL, UNKNOWN = "pass", "FAIL", "unknown"
+MODES = ("new", "force", "update")
+#: Largest total size of the regular files in a directory that verify reads.
+MAX_SUITE_BYTES = 1 << 30
+#: generate records finished cases in the index at least this often (and after the last one).
+COMMIT_SECONDS = 1.0
+
+
+class SuiteRefused(ValueError):
+    """generate will not write to this directory (it would lose or mix up data)."""
 
 
 @dataclass
 class Row:
-    """One line of a generate/verify report."""
+    """One line of a generate/verify report: a case, or a file that is not part of one."""
 
     case: str
-    encoding: str
-    values: int
-    max_abs: float
-    max_rel: float
-    ok: bool
-    problem: str = ""
+    encoding: str = "?"
+    values: int = 0
+    max_abs: float = math.nan
+    max_rel: float = math.nan
+    status: str = FAIL
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == PASS
+
+    @property
+    def problem(self) -> str:
+        return "; ".join(self.problems)
 
 
 # --------------------------------------------------------------------------- comparison
@@ -89,6 +129,46 @@ def evaluate_library(encoding: str, params: dict, inputs: dict) -> dict:
     return enc.library(params, inputs)
 
 
+def _check_library(spec: CaseSpec, expected: dict, row: Row) -> None:
+    """Add to ``row`` the library's error on the spec's inputs against ``expected`` outputs."""
+    try:
+        actual = evaluate_library(spec.encoding, spec.params, {k: v.copy() for k, v in spec.inputs.items()})
+        row.values, row.max_abs, row.max_rel, problems = compare(actual, expected, spec.tolerance)
+        row.problems += problems
+    except Exception as exc:  # noqa: BLE001 - any library error is a failure of this case, reported in its row
+        row.values = sum(v.size for v in expected.values())
+        row.problems.append(f"library raised {type(exc).__name__}: {exc}")
+
+
+def catalogue_problems(doc: dict, spec: CaseSpec) -> list[str]:
+    """Fields of a case document that differ from what the catalogue says (outputs excluded)."""
+    return [f"{key} differs from the catalogue: the file has {short(doc[key])}, the catalogue {short(want)}"
+            for key, want in catalogue.document_fields(spec).items() if fmt.canonical(doc[key]) != fmt.canonical(want)]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """One row of raw bytes per element (so that -0.0 and 0.0 differ)."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8).reshape(a.size, a.dtype.itemsize)
+
+
+def _bit_differences(stored: dict, exact: dict) -> list[str]:
+    """Outputs whose stored values are not bit-identical to the oracle's float64 values."""
+    if set(stored) != set(exact):
+        return [f"outputs {sorted(stored)}, the oracle gives {sorted(exact)}"]
+    problems = []
+    for key, want in exact.items():
+        have = stored[key]
+        if have.shape != want.shape or have.dtype != want.dtype:
+            problems.append(f"{key}: {have.dtype} {have.shape}, the oracle gives {want.dtype} {want.shape}")
+            continue
+        diff = np.flatnonzero((_bits(have) != _bits(want)).any(axis=1))
+        if diff.size:
+            i = np.unravel_index(diff[0], want.shape)
+            problems.append(f"{key}: {diff.size} of {want.size} values are not the oracle's float64 bits; "
+                            f"first at {tuple(map(int, i))}: {have[i]!r}, oracle {want[i]!r}")
+    return problems
+
+
 # --------------------------------------------------------------------------- generate
 
 def oracle_outputs(spec: CaseSpec) -> dict:
@@ -101,123 +181,416 @@ def oracle_outputs(spec: CaseSpec) -> dict:
     return {k: finish_oracle_output(v) for k, v in raw.items()}
 
 
-def build_case(spec: CaseSpec) -> dict:
-    return fmt.build_document(
-        name=spec.name, encoding=spec.encoding, description=spec.description, params=spec.params,
-        conventions=spec.conventions, inputs=spec.inputs, outputs=oracle_outputs(spec),
-        tolerance=spec.tolerance, oracle=ORACLE, library_version=_version.__version__,
-    )
+def generate(out_dir, *, formats=("json", "npz"), only=None, mode="new", progress=None, specs=None,
+             jobs: int = 1) -> list[Row]:
+    """Write the cases matching ``only`` (default: all) to ``out_dir``; return the library's errors.
 
+    Parameters
+    ----------
+    formats : tuple of {"json", "npz"}
+        Files written per case.
+    only : list of str, optional
+        Case names or glob patterns.
+    mode : {"new", "force", "update"}
+        ``"new"``: ``out_dir`` must be missing or empty. ``"force"``: it may hold a suite this
+        function wrote (an index of ours and only the files it lists), which is replaced by
+        the selected cases. ``"update"``: the selected cases (and any an interrupted run left
+        pending) are added to or replaced in such a suite; the others are kept.
+    progress : callable, optional
+        Called with each case name once its files are written.
+    specs : list of CaseSpec, optional
+        The cases to draw from (default: the library's catalogue); e.g. the cases of one
+        model's configuration (:func:`posenc_np.golden.cases_hf.cases_for`).
+    jobs : int
+        Processes evaluating the oracle (the output does not depend on it: cases are evaluated
+        independently and written in catalogue order).
 
-def generate(out_dir, *, formats=("json", "npz"), only=None, progress=None) -> list[Row]:
-    """Write the suite (or the cases matching ``only``) to ``out_dir``; return a report."""
+    Raises
+    ------
+    ValueError
+        Unknown ``mode``/``formats``, patterns matching no case, or (:class:`SuiteRefused`) a
+        directory generate must not write to. Raised before anything is created or changed.
+    OSError
+        ``out_dir`` cannot be created or written.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not formats or not set(formats) <= {"json", "npz"}:
+        raise ValueError(f"formats must be a non-empty subset of ('json', 'npz'), got {formats!r}")
+    if type(jobs) is not int or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    available = catalogue.cases() if specs is None else list(specs)
+    selected = catalogue.select(available, only)
     out = Path(out_dir)
+    old = _existing_suite(out, mode)
+    units = {s.name: s for s in selected}
+    if old is not None and mode == "update":
+        by_name = {s.name: s for s in available}
+        for name in old.pending:
+            spec = by_name.get(name)
+            if spec is None:
+                raise SuiteRefused(f"{out}: {INDEX} lists {name} as pending, but the catalogue has no such case")
+            units.setdefault(name, spec)
     out.mkdir(parents=True, exist_ok=True)
-    rows, index = [], []
-    specs = catalogue.cases(only)
-    for spec in specs:
-        if progress:
-            progress(spec.name)
-        doc = build_case(spec)
-        files = []
-        if "json" in formats:
-            fmt.write_json(doc, out / f"{spec.name}.json")
-            files.append(f"{spec.name}.json")
-        if "npz" in formats:
-            fmt.write_npz(doc, out / f"{spec.name}.npz")
-            files.append(f"{spec.name}.npz")
-        index.append({"name": spec.name, "encoding": spec.encoding, "sha256": doc["sha256"], "files": files})
-        rows.append(_check_library(doc))
-    index_doc = {"schema": fmt.SCHEMA, "schema_version": fmt.SCHEMA_VERSION,
-                 "library_version": _version.__version__, "cases": index}
-    (out / INDEX).write_text(json.dumps(index_doc, sort_keys=True, indent=1) + "\n", encoding="ascii")
-    return rows
-
-
-def _check_library(doc: dict, problems_before=()) -> Row:
-    inputs, expected = fmt.arrays(doc, "inputs"), fmt.arrays(doc, "outputs")
-    problems = list(problems_before)
+    dir_fd = safe_io.open_dir(out)
     try:
-        actual = evaluate_library(doc["encoding"], doc["params"], inputs)
-        n, mabs, mrel, cmp_problems = compare(actual, expected, doc["tolerance"])
-        problems += cmp_problems
-    except Exception as exc:  # a library error is a verification failure, reported per case
-        n, mabs, mrel = sum(v.size for v in expected.values()), float("nan"), float("nan")
-        problems.append(f"library raised {type(exc).__name__}: {exc}")
-    return Row(doc["name"], doc["encoding"], n, mabs, mrel, not problems, "; ".join(problems))
+        index = _start(dir_fd, old, set(units), mode)
+        rows, committed = [], time.monotonic()
+        for spec, outputs in _oracle_results(list(units.values()), jobs):
+            rows.append(_write_case(dir_fd, index, spec, outputs, formats))
+            if progress:
+                progress(spec.name)
+            if time.monotonic() - committed >= COMMIT_SECONDS:
+                _commit(dir_fd, index)
+                committed = time.monotonic()
+        _commit(dir_fd, index)
+        return rows
+    finally:
+        os.close(dir_fd)
+
+
+def _oracle_results(specs: list[CaseSpec], jobs: int) -> Iterator[tuple[CaseSpec, dict]]:
+    """``(spec, oracle outputs)`` in the order of ``specs``, evaluated by ``jobs`` processes."""
+    if jobs == 1 or len(specs) < 2:
+        for spec in specs:
+            yield spec, oracle_outputs(spec)
+        return
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)  # fork: no re-import per worker
+    with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=context) as pool:
+        futures = [pool.submit(oracle_outputs, spec) for spec in specs]
+        for spec, future in zip(specs, futures):
+            yield spec, future.result()
+
+
+def _existing_suite(out: Path, mode: str) -> fmt.Index | None:
+    """The suite in ``out`` that ``mode`` may replace or extend; ``None`` when ``out`` is missing or empty."""
+    try:
+        is_dir = stat.S_ISDIR(os.stat(out).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        _check_creatable(out)
+        return None
+    if not is_dir:
+        raise NotADirectoryError(f"{out} exists and is not a directory")
+    dir_fd = safe_io.open_dir(out)
+    try:
+        entries, overflow = safe_io.list_dir(dir_fd)
+        rest = {n: m for n, (m, _) in entries.items() if not safe_io.TEMP_RE.match(n)}
+        if not rest and not overflow:
+            return None
+        flag = {"force": "--force", "update": "--update"}.get(mode)
+        if flag is None:
+            raise SuiteRefused(f"{out} is not empty; pass --update to add or replace cases in the golden suite "
+                               "there, or --force to replace that suite (neither touches a directory holding "
+                               "anything but a suite written by posenc-np)")
+        try:
+            index = fmt.parse_index(safe_io.read_file(INDEX, dir_fd=dir_fd, limit=fmt.MAX_INDEX_BYTES))
+        except GoldenFormatError as exc:
+            raise SuiteRefused(f"{out} is not empty and holds no valid golden-suite index ({exc}); "
+                               f"refusing to write there, even with {flag}") from None
+        if mode == "update" and index.version != fmt.SCHEMA_VERSION:
+            raise SuiteRefused(f"{out} holds a version-{index.version} suite; --update only extends version-"
+                               f"{fmt.SCHEMA_VERSION} suites (use --force to replace it)")
+        ours = {INDEX, SUMS} | {p for e in index.cases.values() for p in e.files} | set(_case_files(index.pending))
+        strangers = sorted(n for n, m in rest.items() if n not in ours or not stat.S_ISREG(m))
+        if overflow or strangers:
+            raise SuiteRefused(f"{out} holds entries its {INDEX} does not list as regular files "
+                               f"({', '.join(strangers[:3])}{', ...' if overflow or len(strangers) > 3 else ''}); "
+                               f"refusing to touch them, even with {flag}")
+        return index
+    finally:
+        os.close(dir_fd)
+
+
+def _check_creatable(out: Path) -> None:
+    """Fail now, before anything is created, if ``out`` cannot become a directory."""
+    parent = out.absolute()
+    while not os.path.lexists(parent):
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(f"cannot create {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot create {out}: {parent} is not writable")
+
+
+def _start(dir_fd: int, old: fmt.Index | None, selected: set, mode: str) -> fmt.Index:
+    """Remove what the new suite drops, then write the plan: the index with the selection pending."""
+    for name in safe_io.list_dir(dir_fd)[0]:
+        if safe_io.TEMP_RE.match(name):  # left by an interrupted run
+            os.unlink(name, dir_fd=dir_fd)
+    if old is not None and old.version == 1:  # replaced wholesale; the v1 index goes last
+        for entry in old.cases.values():
+            for path in entry.files:
+                _unlink(dir_fd, path)
+        _unlink(dir_fd, INDEX)
+        old = None
+    index = old or fmt.Index(fmt.SCHEMA_VERSION)
+    if mode == "force":
+        for path in _case_files(n for n in [*index.cases, *index.pending] if n not in selected):
+            _unlink(dir_fd, path)
+        # the files are gone before the index stops listing them: a kill in between leaves
+        # cases verify reports as missing, never files it cannot account for
+        index.cases = {n: e for n, e in index.cases.items() if n in selected}
+        index.pending = []
+    index.pending = sorted((set(index.pending) | selected) - set(index.cases))
+    _commit(dir_fd, index)
+    return index
+
+
+def _write_case(dir_fd: int, index: fmt.Index, spec: CaseSpec, outputs: dict, formats) -> Row:
+    """Write one case (its oracle ``outputs`` given) atomically and record it in ``index`` (in memory)."""
+    doc = fmt.build_document(fields=catalogue.document_fields(spec), outputs=outputs,
+                             library_version=_version.__version__)
+    blobs = {}
+    if "json" in formats:
+        blobs[f"{spec.name}.json"] = fmt.case_json_bytes(doc)
+    if "npz" in formats:
+        blobs[f"{spec.name}.npz"] = fmt.case_npz_bytes(doc)
+    for path, data in blobs.items():  # what we write, verify must be able to read
+        if len(data) > fmt.MAX_CASE_FILE_BYTES:
+            raise GoldenFormatError(f"{path}: {len(data)} bytes exceeds the format's limit")
+        fmt.parse_case(data, path)
+    for path, data in blobs.items():
+        safe_io.atomic_write(dir_fd, path, data)
+    os.fsync(dir_fd)
+    for path in set(_case_files([spec.name])) - set(blobs):  # a format no longer written
+        _unlink(dir_fd, path)
+    index.cases[spec.name] = fmt.CaseEntry(spec.name, spec.encoding,
+                                           {p: (fmt.sha256(d), len(d)) for p, d in blobs.items()})
+    if spec.name in index.pending:
+        index.pending.remove(spec.name)
+    row = Row(spec.name, spec.encoding)
+    _check_library(spec, fmt.arrays(doc, "outputs"), row)
+    row.status = FAIL if row.problems else PASS
+    return row
+
+
+def _commit(dir_fd: int, index: fmt.Index) -> None:
+    """Write index.json, then SHA256SUMS (which seals it), each atomically."""
+    data = fmt.index_bytes(index)
+    safe_io.atomic_write(dir_fd, INDEX, data)
+    safe_io.atomic_write(dir_fd, SUMS, fmt.sums_bytes(index, data))
+    os.fsync(dir_fd)
+
+
+def _case_files(names) -> list[str]:
+    """The file names a case may have (what generate may replace or remove for it)."""
+    return [f"{n}.{ext}" for n in names for ext in ("json", "npz")]
+
+
+def _unlink(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
 # --------------------------------------------------------------------------- verify
 
-def verify(directory) -> list[Row]:
-    """Verify every case file in ``directory``; one row per case (or per broken file)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise FileNotFoundError(f"{d} is not a directory")
-    files = sorted(p for p in d.iterdir() if p.suffix in (".json", ".npz") and p.name != INDEX)
-    rows: list[Row] = []
-    by_name: dict[str, list[tuple[Path, dict]]] = {}
-    for path in files:
-        try:
-            doc = fmt.read_case_file(path)
-        except fmt.GoldenFormatError as exc:
-            rows.append(Row(path.name, "?", 0, float("nan"), float("nan"), False, str(exc)))
-            continue
-        if doc["name"] != path.stem:
-            rows.append(Row(path.name, doc["encoding"], 0, float("nan"), float("nan"), False,
-                            f"{path}: file name does not match case name {doc['name']!r}"))
-            continue
-        by_name.setdefault(doc["name"], []).append((path, doc))
-    listed = _read_index(d, rows)
-    for name, entries in by_name.items():
-        problems = []
-        first_path, doc = entries[0]
-        for other_path, other in entries[1:]:
-            if other != doc:
-                problems.append(f"{other_path.name} and {first_path.name} hold different content")
-        if listed is not None:
-            if name not in listed:
-                problems.append(f"case not listed in {INDEX}")
-            elif listed[name] != doc["sha256"]:
-                problems.append(f"{INDEX} lists sha256 {listed[name][:16]}..., file has {doc['sha256'][:16]}...")
-        rows.append(_check_library(doc, problems))
-    if listed is not None:
-        for name in sorted(set(listed) - set(by_name)):
-            # a listed case whose file exists but failed to parse already has its own row
-            if not any(r.case.startswith(name + ".") for r in rows):
-                rows.append(Row(name, "?", 0, float("nan"), float("nan"), False, f"listed in {INDEX} but no file found"))
-    if not rows:
-        rows.append(Row(str(d), "?", 0, float("nan"), float("nan"), False, "no case files found"))
+def verify(directory, *, oracle: bool = False, known: Callable[[str], CaseSpec | None] | None = None) -> list[Row]:
+    """Check the suite in ``directory``; one row per case and per file that is not part of one.
+
+    Parameters
+    ----------
+    oracle : bool
+        Also recompute the oracle for every known case and require the stored outputs to be
+        its float64 values bit for bit.
+    known : callable, optional
+        ``name -> CaseSpec or None``: the cases to trust the suite against (default: the
+        library's catalogue).
+
+    Raises
+    ------
+    FileNotFoundError, NotADirectoryError
+        ``directory`` is not a directory. Anything wrong inside it is a row instead.
+    """
+    known = known or catalogue.by_name().get
+    dir_fd = safe_io.open_dir(directory)
+    try:
+        return _verify_dir(dir_fd, oracle, known)
+    finally:
+        os.close(dir_fd)
+
+
+def _verify_dir(dir_fd: int, oracle: bool, known) -> list[Row]:
+    entries, overflow = safe_io.list_dir(dir_fd)
+    total = sum(size for mode, size in entries.values() if stat.S_ISREG(mode))
+    if overflow or total > MAX_SUITE_BYTES:
+        return [Row(".", problems=[(f"more than {safe_io.MAX_DIR_ENTRIES} entries or {MAX_SUITE_BYTES} bytes: "
+                                    "not a golden suite (nothing was read)")])]
+    index_data = b""
+    try:
+        if INDEX not in entries:
+            raise GoldenFormatError(f"{INDEX}: missing; without its manifest a directory is not a suite "
+                                    "(an interrupted generate, or not a golden suite)")
+        index_data = safe_io.read_file(INDEX, dir_fd=dir_fd, limit=fmt.MAX_INDEX_BYTES)
+        index = fmt.parse_index(index_data)
+    except GoldenFormatError as exc:
+        return [Row(INDEX, problems=[str(exc)])] + [
+            Row(n, problems=[f"{n}: not checked (no valid {INDEX} lists it)"]) for n in sorted(entries) if n != INDEX]
+    rows = [_verify_case(dir_fd, entries, entry, index.version, oracle, known) for entry in index.cases.values()]
+    if not index.cases and not index.pending:
+        rows.append(Row(INDEX, problems=[f"{INDEX}: lists no cases (an empty suite checks nothing)"]))
+    rows += [Row(name, problems=[(f"{INDEX} lists it as pending: the generate run that planned it was "
+                                  "interrupted before writing it (rerun generate with --update)")])
+             for name in index.pending]
+    claimed = {INDEX} | {p for e in index.cases.values() for p in e.files}
+    if index.version >= 2:
+        claimed.add(SUMS)
+        rows += _verify_sums(dir_fd, entries, index, index_data)
+    pending_files = set(_case_files(index.pending))
+    for n in sorted(set(entries) - claimed):
+        why = ("a temporary file of an interrupted generate" if safe_io.TEMP_RE.match(n)
+               else "written for a pending case before the interruption" if n in pending_files
+               else safe_io.kind(entries[n][0]))
+        rows.append(Row(n, problems=[f"{n}: not listed in {INDEX} ({why})"]))
     return rows
 
 
-def _read_index(d: Path, rows: list) -> dict | None:
-    path = d / INDEX
-    if not path.exists():
-        return None
+def _read_listed(dir_fd: int, path: str, record, version: int, entry: fmt.CaseEntry) -> tuple[dict, str]:
+    """Read one listed case file and check it against its index entry; returns it and its SHA-256."""
+    data = safe_io.read_file(path, dir_fd=dir_fd, limit=fmt.MAX_CASE_FILE_BYTES,
+                             size=None if record is None else record[1])
+    digest = fmt.sha256(data)
+    if record is not None and digest != record[0]:
+        raise GoldenFormatError(f"{path}: SHA-256 is {digest[:16]}..., {INDEX} lists {record[0][:16]}...")
+    doc = fmt.parse_case(data, path)
+    claims = {"schema_version": version, "name": entry.name, "encoding": entry.encoding}
+    if version == 1:
+        claims["sha256"] = entry.doc_sha256
+    for key, want in claims.items():
+        if doc[key] != want:
+            raise GoldenFormatError(f"{path}: {key} is {short(doc[key])}, {INDEX} says {short(want)}")
+    return doc, digest
+
+
+def v1_problems(path: str, digest: str) -> list[str]:
+    """Why a version-1 file is not trusted: its bytes must be those of a published v1 file."""
+    if V1_FILES.get(Path(path).name) == digest:
+        return []
+    return [(f"{Path(path).name}: not a published version-1 file (its SHA-256 {digest[:16]}... is not the one "
+             "frozen in posenc_np/golden/v1_files.py); version 1 is read-only, regenerate as version 2")]
+
+
+def spec_from_v1(doc: dict) -> CaseSpec:
+    """The spec of a (published, trusted) version-1 document: its own parameters (renamed to today's
+    by the encoding's ``from_v1``), inputs and float64 tolerance."""
+    enc = catalogue.encodings().get(doc["encoding"])
+    if enc is None:
+        raise GoldenFormatError(f"{doc['name']}: encoding {short(doc['encoding'])} is unknown to this library")
+    inputs = fmt.arrays(doc, "inputs")
+    params = enc.from_v1(doc["params"], inputs) if enc.from_v1 else doc["params"]
+    return CaseSpec(name=doc["name"], encoding=doc["encoding"], params=params, conventions=doc["conventions"],
+                    inputs=inputs, tolerances={"float64": doc["tolerance"]}, error_model="version 1",
+                    reference_call="n/a", description=doc["description"])
+
+
+def _verify_case(dir_fd: int, entries: dict, entry: fmt.CaseEntry, version: int, oracle: bool, known) -> Row:
+    row = Row(entry.name, entry.encoding)
+    docs, digests = {}, {}
+    for path, record in entry.files.items():
+        if path not in entries:
+            row.problems.append(f"{path}: listed in {INDEX} but missing")
+            continue
+        try:
+            docs[path], digests[path] = _read_listed(dir_fd, path, record, version, entry)
+        except GoldenFormatError as exc:
+            row.problems.append(str(exc))
+    if len(docs) == 2 and len({fmt.canonical(d) for d in docs.values()}) == 2:
+        row.problems.append(f"{' and '.join(docs)} hold different content")
+    if not docs:
+        return row
+    doc = next(iter(docs.values()))
+    stored = fmt.arrays(doc, "outputs")
+    if version == 1:  # trusted by the frozen digests of the published files, then judged on its own terms
+        untrusted = [p for path, digest in digests.items() for p in v1_problems(path, digest)]
+        row.problems += untrusted
+        if untrusted:
+            row.values = sum(v.size for v in stored.values())
+            return row
+        try:
+            spec = spec_from_v1(doc)
+        except GoldenFormatError as exc:
+            row.problems.append(str(exc))
+            return row
+    else:
+        spec = known(entry.name)
+        if spec is None:
+            row.values = sum(v.size for v in stored.values())
+            row.status = FAIL if row.problems else UNKNOWN
+            row.problems.append("unknown case: not in the catalogue, checked for format only")
+            return row
+        row.problems += catalogue_problems(doc, spec)
+    _check_library(spec, stored, row)
+    if oracle:
+        row.problems += _bit_differences(stored, oracle_outputs(spec))
+    row.status = FAIL if row.problems else PASS
+    return row
+
+
+def _verify_sums(dir_fd: int, entries: dict, index: fmt.Index, index_data: bytes) -> list[Row]:
+    want = fmt.sums_bytes(index, index_data)
     try:
-        idx = json.loads(path.read_text(encoding="utf-8"))
-        return {c["name"]: c["sha256"] for c in idx["cases"]}
-    except (ValueError, KeyError, TypeError) as exc:
-        rows.append(Row(INDEX, "?", 0, float("nan"), float("nan"), False, f"{path}: unreadable index: {exc}"))
-        return {}
+        if SUMS not in entries:
+            raise GoldenFormatError(f"{SUMS}: missing")
+        have = safe_io.read_file(SUMS, dir_fd=dir_fd, limit=fmt.MAX_INDEX_BYTES)
+    except GoldenFormatError as exc:
+        return [Row(SUMS, problems=[str(exc)])]
+    if have == want:
+        return []
+    stale = sorted(set(have.splitlines()) ^ set(want.splitlines()))
+    names = sorted({line.decode("ascii", "replace").split("  ", 1)[-1] for line in stale})
+    return [Row(SUMS, problems=[(f"{SUMS}: does not match {INDEX} and the files it lists "
+                                 f"(lines differ for {', '.join(names[:5])}{', ...' if len(names) > 5 else ''}); "
+                                 "an interrupted generate, or an edited file")])]
+
+
+def load_case_file(path, *, known: Callable[[str], CaseSpec | None] | None = None) -> tuple[dict, str]:
+    """Read one case file the way :func:`posenc_np.testing.load_case` does.
+
+    The file is read safely and validated; when its directory holds an ``index.json``, the
+    file must be listed there with its digest; a version-2 case the catalogue (or ``known``)
+    knows must have every field but the outputs equal to the catalogue's; a version-1 file must
+    be a published one (:data:`.v1_files.V1_FILES`). Returns the document and the SHA-256 of the
+    file's bytes. Raises :class:`GoldenFormatError` naming the file otherwise.
+    """
+    path = Path(os.fspath(path))
+    data = safe_io.read_file(str(path), limit=fmt.MAX_CASE_FILE_BYTES)
+    doc = fmt.parse_case(data, str(path))
+    digest = fmt.sha256(data)
+    index_path = path.parent / INDEX
+    if os.path.lexists(index_path):
+        index = fmt.parse_index(safe_io.read_file(str(index_path), limit=fmt.MAX_INDEX_BYTES))
+        entry = index.cases.get(doc["name"])
+        if entry is None or path.name not in entry.files:
+            raise GoldenFormatError(f"{path}: not listed in {index_path}")
+        record = entry.files[path.name]
+        if (record is not None and record[0] != digest) or (record is None and entry.doc_sha256 != doc["sha256"]):
+            raise GoldenFormatError(f"{path}: its digest differs from the one in {index_path}")
+    if doc["schema_version"] == 1:
+        problems = v1_problems(str(path), digest)
+    else:
+        spec = (known or catalogue.by_name().get)(doc["name"])
+        problems = catalogue_problems(doc, spec) if spec is not None else []
+    if problems:
+        raise GoldenFormatError(f"{path}: " + "; ".join(problems))
+    return doc, digest
 
 
 # --------------------------------------------------------------------------- report
 
 def format_table(rows: list[Row]) -> str:
-    """A fixed-width summary table plus a totals line."""
-    w = max([len("case")] + [len(r.case) for r in rows])
-    e = max([len("encoding")] + [len(r.encoding) for r in rows])
+    """A fixed-width table (names and messages with control characters escaped) plus a totals line."""
+    cells = [(safe_io.printable(r.case), safe_io.printable(r.encoding)) for r in rows]
+    w = min(60, max([len("case")] + [len(c) for c, _ in cells]))
+    e = min(30, max([len("encoding")] + [len(x) for _, x in cells]))
     lines = [f"{'case':<{w}}  {'encoding':<{e}}  {'values':>7}  {'max abs err':>11}  {'max rel err':>11}  result"]
     lines.append("-" * len(lines[0]))
-    for r in rows:
-        lines.append(f"{r.case:<{w}}  {r.encoding:<{e}}  {r.values:>7}  {r.max_abs:>11.3e}  {r.max_rel:>11.3e}  "
-                     f"{'pass' if r.ok else 'FAIL'}")
-        if r.problem:
-            lines.append(f"    -> {r.problem}")
-    failed = sum(not r.ok for r in rows)
+    for r, (case, enc) in zip(rows, cells):
+        lines.append(f"{case:<{w}}  {enc:<{e}}  {r.values:>7}  {r.max_abs:>11.3e}  {r.max_rel:>11.3e}  {r.status}")
+        lines += [f"    -> {safe_io.printable(p)}" for p in r.problems]
+    counts = {s: sum(r.status == s for r in rows) for s in (PASS, FAIL, UNKNOWN)}
     worst = max((r.max_abs for r in rows if np.isfinite(r.max_abs)), default=0.0)
-    lines.append(f"{len(rows)} cases, {sum(r.values for r in rows)} values, worst abs error {worst:.3e}, "
-                 f"{len(rows) - failed} passed, {failed} failed")
+    lines.append(f"{len(rows)} rows, {sum(r.values for r in rows)} values, worst abs error {worst:.3e}: "
+                 f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[UNKNOWN]} unknown")
     return "\n".join(lines)

@@ -15,27 +15,31 @@ float64 by the generator), Python ``int`` (stored as int64) or ``bool``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 #: Significant decimal digits the oracle works at.
 ORACLE_DIGITS = 60
 ORACLE = {"name": "mpmath", "precision_digits": ORACLE_DIGITS}
-#: float64 unit roundoff, the unit in which case tolerances are written.
-EPS = float(np.finfo(np.float64).eps)
 
 Evaluator = Callable[[dict, dict], dict]
 
 
 @dataclass(frozen=True)
 class Encoding:
-    """An encoding name with its two independent evaluators."""
+    """An encoding name with its two independent evaluators.
+
+    ``from_v1`` turns the ``params`` of a version-1 document into this encoding's current
+    ``params`` (given the document's inputs), for encodings whose parameters were renamed
+    since (``dim`` became ``head_dim``/``rotary_dim``); ``None`` when they did not change.
+    """
 
     name: str
     oracle: Evaluator
     library: Evaluator
+    from_v1: Callable[[dict, dict], dict] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,14 @@ class CaseSpec:
     """One golden case before evaluation.
 
     ``conventions`` must give ``layout``, ``sign``, ``scale_placement`` and ``semantics``
-    (``"n/a"`` where a convention does not apply); ``tolerance`` is the bound the float64
-    library path must meet: ``|actual - expected| <= abs + rel * |expected|``.
+    (``"n/a"`` where a convention does not apply). ``tolerances`` maps dtype names
+    (:data:`.tolerance.DTYPES`, ``"float64"`` always present) to ``{"abs", "rel"}``: the bound
+    ``|actual - expected| <= abs + rel * |expected|`` a correct implementation in that dtype
+    meets, derived from ``error_model`` (one sentence naming the model of
+    :mod:`.tolerance` and its inputs). ``reference_call`` names the usual third-party
+    function the case corresponds to (``"n/a"`` when there is none). ``known_divergences``
+    lists named third-party behaviours that legitimately differ from the outputs: dicts with
+    ``implementation``, ``description``, ``inputs`` and ``outputs`` (arrays).
     """
 
     name: str
@@ -52,23 +62,28 @@ class CaseSpec:
     params: dict
     conventions: dict
     inputs: dict
-    tolerance: dict
+    tolerances: dict
+    error_model: str
+    reference_call: str
     description: str = ""
+    known_divergences: tuple = ()
+
+    @property
+    def tolerance(self) -> dict:
+        """The float64 tolerance: the bound the library's float64 path is checked against."""
+        return self.tolerances["float64"]
+
+
+def divergence(implementation: str, description: str, inputs: dict, outputs: dict) -> dict:
+    """One known divergence: what ``implementation`` returns for ``inputs`` where it differs."""
+    return {"implementation": implementation, "description": description,
+            "inputs": {k: np.asarray(v) for k, v in inputs.items()},
+            "outputs": {k: np.asarray(v) for k, v in outputs.items()}}
 
 
 def conventions(layout="n/a", sign="n/a", scale_placement="n/a", semantics="n/a") -> dict:
     """Build a conventions record (every key present; "n/a" where it does not apply)."""
     return {"layout": layout, "sign": sign, "scale_placement": scale_placement, "semantics": semantics}
-
-
-def tolerance(abs_eps: float = 0.0, rel_eps: float = 0.0) -> dict:
-    """A tolerance written in units of float64 eps (``abs_eps * eps``, ``rel_eps * eps``)."""
-    return {"abs": abs_eps * EPS, "rel": rel_eps * EPS}
-
-
-def exact() -> dict:
-    """Tolerance for integer/boolean outputs that must match exactly."""
-    return {"abs": 0.0, "rel": 0.0}
 
 
 def to_float64(obj_array) -> np.ndarray:
@@ -96,3 +111,37 @@ def finish_oracle_output(value) -> np.ndarray:
     if arr.dtype.kind == "b":
         return arr
     raise TypeError(f"oracle outputs must be object arrays of mpf/int/bool, got dtype {arr.dtype}")
+
+
+def bucket_divergences(key: str, inputs: np.ndarray, exact: np.ndarray, ports: dict, why: str) -> tuple:
+    """Known divergences of integer-bucket ports: for each ``implementation -> buckets it returns for
+    inputs``, the inputs (named ``key``) where it differs from ``exact``, and its buckets there."""
+    out = []
+    for who, got in ports.items():
+        where = np.flatnonzero(got != exact)
+        if where.size:
+            out.append(divergence(who, why, {key: inputs[where]}, {"bucket": got[where]}))
+    return tuple(out)
+
+
+def exact_normals(rng: np.random.Generator, shape) -> np.ndarray:
+    """Normal-looking inputs ``k/32`` with ``|k| <= 127``: exactly representable in float64,
+    float32, bfloat16 and float16, so that no rounding of the inputs enters a dtype's tolerance."""
+    return np.clip(np.round(rng.standard_normal(shape) * 32), -127, 127) / 32
+
+
+#: Positions of the long-context cases: 0..3, the 4k/8k/32k/128k/1M boundaries and their
+#: neighbours, 2^23 and 10^7 (all exact in float32 as well).
+LONG_POSITIONS = (0, 1, 2, 3, 4095, 4096, 4097, 8191, 8192, 8193, 32767, 32768, 32769, 131071, 131072, 131073,
+                  999_999, 1_000_000, 1_000_001, 8_388_608, 9_999_999, 10_000_000)
+
+
+def positions_up_to(limit: int) -> np.ndarray:
+    """:data:`LONG_POSITIONS` up to ``limit``, plus ``limit - 1``, ``limit`` and ``limit + 1``."""
+    return np.array(sorted({p for p in LONG_POSITIONS if p <= limit} | {limit - 1, limit, limit + 1}), dtype=np.int64)
+
+
+def log_in(x, dtype) -> np.ndarray:
+    """Correctly rounded natural log of values held in ``dtype`` (float32: evaluated in float64, rounded
+    once), for emulating third-party arithmetic in a known-divergence entry."""
+    return np.log(np.asarray(x, dtype=np.float64)).astype(dtype)

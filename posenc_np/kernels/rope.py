@@ -25,7 +25,7 @@ Two entry points share one kernel:
 * :func:`rope_apply_angles` takes positions and ``inv_freq`` and computes
   :math:`f\cos(p\,\omega_i)`, :math:`f\sin(p\,\omega_i)` on the fly in float64, cast once to
   ``x``'s dtype: the same numbers as ``cos_sin(positions, inv_freq, attention_factor=f,
-  dtype=x.dtype)`` up to the libm ``sin``/``cos`` (glibc in Numba; NumPy 2.4 calls the same
+  dtype=x.dtype, method="direct")`` up to the libm ``sin``/``cos`` (glibc in Numba; NumPy 2.4 calls the same
   libm here, and the results were identical in every test).
 
 How the work is laid out (no copy of ``x`` for any strides)
@@ -210,7 +210,7 @@ def _rotate_block(item, b_items, xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step,
     With ``from_angles`` the item first fills a tile laid out like table rows with
     ``factor * cos/sin(positions[p] * inv_freq[i])`` for its table rows ``p`` (the inner
     rows if ``tables_inner``, else the outer rows), computed in float64 and cast once to x's
-    dtype (the reference's ``cos_sin(..., dtype=x.dtype)``). The table offsets passed in are
+    dtype (the reference's ``cos_sin(..., dtype=x.dtype, method="direct")``). The table offsets passed in are
     then the tile's row offsets ``p * rotary`` (and zeros on the other axis).
     """
     ai = item // b_items
@@ -630,7 +630,7 @@ def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: 
     r"""Rotate ``x`` by angles :math:`t = p\,\omega_i` computed on the fly (no tables in memory).
 
     Same result as ``rope_apply(x, *cos_sin(positions, inv_freq,
-    attention_factor=attention_factor, layout=layout, dtype=x.dtype), layout=layout)`` up to
+    attention_factor=attention_factor, layout=layout, dtype=x.dtype, method="direct"), layout=layout)`` up to
     the libm ``sin``/``cos``: angles, :math:`f\cos t` and :math:`f\sin t` are computed in
     float64 and cast once to ``x``'s dtype.
 

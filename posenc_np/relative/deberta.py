@@ -281,9 +281,10 @@ class DebertaDisentangled(Hook):
     DeBERTa obtains :math:`K^r, Q^r` by projecting one shared relative-embedding table with
     the key/query projections (:func:`deberta_project_relative_embeddings`); here they are
     learned tables directly, which is the same function of the inputs (any projected table
-    is a table) and has the same gradient with respect to the table.
+    is a table) and has the same gradient with respect to the table. The Hugging Face config
+    key of each parameter is in brackets.
 
-    Parameters (Hugging Face config key in brackets)
+    Parameters
     ----------
     num_heads, head_dim : int
         :math:`H` [``num_attention_heads``] and :math:`d` [``hidden_size / num_attention_heads``

@@ -1,0 +1,122 @@
+"""``posenc-np precision``: output files, the first crossing checked position by position, refusal to
+clobber, one-line errors with rc 2, the plot as an optional extra, and the one-minute target."""
+
+import json
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from posenc_np import cli
+from posenc_np import precision as P
+
+QUICK = ["precision", "--head-dim", "32", "--max-position", "20000", "--scan-limit", "8192", "--table-threshold", "1e-4",
+         "--no-progress"]
+
+
+def _run(capsys, *args):
+    rc = cli.main(list(args))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["precision", "--help"])
+    assert exc.value.code == 0 and "--hf-config" in capsys.readouterr().out
+
+
+def test_quick_report_files_and_first_crossing(tmp_path, capsys):
+    rc, _, err = _run(capsys, *QUICK, "--out", str(tmp_path))
+    assert rc == 0, err
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["precision.json", "precision.md", "precision.png"]
+    data = json.loads((tmp_path / "precision.json").read_text())
+    assert data["tool"] == "posenc-np precision" and set(data["files"]) == {"precision.md", "precision.png"}
+    recipes = {r["name"]: r for r in data["recipes"]}
+    assert set(recipes) == set(P.recipe_names("float32", P.RopeSetup(32)))
+    assert recipes["exact-float32"]["first"]["table"]["how"] == "never"
+    first = recipes["hf-float32>float32"]["first"]["table"]
+    assert first["how"] == "scan"
+    # the named position is past the threshold and no earlier position is (checked independently)
+    errs = P.table_error("hf-float32>float32", P.RopeSetup(32, seq_len=20000), np.arange(first["position"] + 1))
+    assert errs[-1] > 1e-4 and errs[:-1].max() <= 1e-4
+    md = (tmp_path / "precision.md").read_text()
+    assert "| `hf-float32>float32` |" in md and f"**{first['position']:,}**" in md
+    assert not err  # --no-progress is silent
+
+
+def test_refuses_to_clobber_foreign_or_edited_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # no plot: keeps the test quick
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "precision.md").write_text("my notes\n")
+    rc, _, err = _run(capsys, *QUICK, "--out", str(foreign))
+    assert rc == 2 and err.startswith("posenc-np: error:") and "was not written" in err
+    assert (foreign / "precision.md").read_text() == "my notes\n"
+    ours = tmp_path / "ours"
+    assert _run(capsys, *QUICK, "--out", str(ours))[0] == 0
+    assert _run(capsys, *QUICK, "--out", str(ours))[0] == 0  # our own files: rewritten
+    (ours / "precision.md").write_text("edited\n")
+    assert _run(capsys, *QUICK, "--out", str(ours))[0] == 2
+    assert _run(capsys, *QUICK, "--out", str(ours), "--force")[0] == 0
+    assert "edited" not in (ours / "precision.md").read_text()
+    assert not [p for p in ours.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_bad_input_is_one_error_line(tmp_path, capsys):
+    cfg = tmp_path / "config.json"
+    cases = [
+        ["--hf-config", str(tmp_path / "missing.json")],
+        ["--hf-config", str(cfg)],
+        ["--head-dim", "32", "--scaling", "{bad"],
+        ["--head-dim", "32", "--scaling", '{"rope_type": "yarn"}'],
+        ["--head-dim", "31"],
+    ]
+    cases.append(["--head-dim", "32", "--scan-limit", "-1"])
+    cases.append(["--head-dim", "32", "--table-threshold", "0"])
+    cfg.write_text(json.dumps({"rope_theta": 10000.0, "head_dim": "abc"}))
+    for args in cases:
+        rc, _, err = _run(capsys, "precision", *args, "--max-position", "100", "--out", str(tmp_path / "o"),
+                          "--no-progress")
+        assert rc == 2, args
+        assert err.startswith("posenc-np: error:") and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+    rc, _, err = _run(capsys, *QUICK, "--out", str(cfg))  # a file, not a directory
+    assert rc == 2 and "not a directory" in err
+    cfg.write_text(json.dumps({"rope_theta": 10000.0, "head_dim": 64}))
+    rc, _, err = _run(capsys, "precision", "--hf-config", str(cfg), "--out", str(tmp_path / "o"))
+    assert rc == 2 and "--max-position" in err  # no max_position_embeddings to default to
+
+
+def test_without_matplotlib_says_so_and_skips_the_plot(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    rc, _, err = _run(capsys, *QUICK[:-1], "--out", str(tmp_path))
+    assert rc == 0
+    assert "matplotlib not installed: no plot" in err and "precision:" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precision.json", "precision.md"]
+
+
+def test_hf_config_and_reduced_precision_dtype(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"head_dim": 64, "rope_theta": 1e6, "max_position_embeddings": 32768,
+                               "rope_scaling": {"rope_type": "linear", "factor": 2.0}}))
+    rc, _, err = _run(capsys, "precision", "--hf-config", str(cfg), "--dtype", "float16", "--scan-limit", "4096",
+                      "--out", str(tmp_path / "o"), "--no-progress")
+    assert rc == 0, err
+    data = json.loads((tmp_path / "o" / "precision.json").read_text())
+    assert data["setup"]["rope_type"] == "linear" and data["max_position"] == 32768
+    names = [r["name"] for r in data["recipes"]]
+    assert "exact-float32>float16" in names and "angles-float16" in names
+
+
+@pytest.mark.slow
+def test_a_128_dim_head_to_ten_million_within_a_minute(tmp_path, capsys):
+    """The issue's target (< 1 minute); about 10-30 s on the shared 2-core box."""
+    t0 = time.perf_counter()
+    rc, _, err = _run(capsys, "precision", "--head-dim", "128", "--max-position", "10000000", "--out", str(tmp_path),
+                      "--no-progress")
+    assert rc == 0, err
+    assert time.perf_counter() - t0 < 60
