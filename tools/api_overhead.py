@@ -1,0 +1,110 @@
+"""Time ``rope.apply`` against the rotation it launches: how much of a public call is overhead.
+
+Usage: ``python tools/api_overhead.py [--repeat N] [--json]``.
+
+For each shape (``(B, H, T, D)`` float32, ``(T, D)`` tables from ``rope.cos_sin``, layout
+``half``, ``backend="auto"``, which picks the Numba kernel at these sizes) it reports
+
+- ``apply``: median wall time of ``rope.apply(x, cos, sin)``;
+- ``rotation``: median wall time of allocating the output and running the compiled kernel
+  alone, with the exact arguments ``rope.apply`` handed it (captured once) but a fresh output
+  buffer: the rotation without any Python around it;
+- ``share``: rotation / apply, the fraction of the public call spent rotating;
+- ``calls``: Python-level function calls per ``rope.apply`` (cProfile's count).
+
+Timings are medians of ``--repeat`` runs of 20 calls each; the machine may be shared, so read
+ratios, not absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import time
+
+import numpy as np
+
+from posenc_np import rope
+from posenc_np.kernels import rope as krope
+
+SHAPES = ((8, 4, 128, 16), (2, 8, 512, 64))
+
+
+def _median_us(fn, repeat: int, inner: int = 20) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times) * 1e6
+
+
+def _captured_kernel_call(call):
+    """The kernel dispatcher and the arguments ``call()`` passes it (captured by a one-off wrapper)."""
+    kernel = krope._rope_kernel
+    seen = {}
+
+    def spy(*args):
+        seen["args"] = args
+        return kernel(*args)
+
+    krope._rope_kernel = spy
+    try:
+        call()
+    finally:
+        krope._rope_kernel = kernel
+    return kernel, seen["args"]
+
+
+def _calls_per(fn, n: int = 50) -> float:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    return pstats.Stats(prof).total_calls / n
+
+
+def measure(repeat: int) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(0)
+    for shape in SHAPES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        cos, sin = rope.cos_sin(np.arange(shape[2]), rope.inv_freq(shape[3])[0], dtype=np.float32)
+        apply = lambda: rope.apply(x, cos, sin)  # noqa: E731
+        for _ in range(20):
+            apply()
+        kernel, args = _captured_kernel_call(apply)
+        out_at = 5  # _rope_kernel(xb, x0, xa, xi, x_step, ob, ...): ob is the flat output buffer
+
+        def rotation():
+            kernel(*args[:out_at], np.empty_like(args[out_at]), *args[out_at + 1:])
+
+        t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
+        rows.append({"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
+                     "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=51)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    rows = measure(args.repeat)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'shape':18s} {'apply':>9s} {'rotation':>9s} {'share':>6s} {'calls':>6s}")
+    for r in rows:
+        print(f"{str(tuple(r['shape'])):18s} {r['apply_us']:7.1f}us {r['rotation_us']:7.1f}us {r['share']:6.0%} "
+              f"{r['calls']:6.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+r"""Count argument-check statements against all executable statements, per module.
+
+Usage: ``python tools/count_checks.py [--json] [FILE ...]`` (default: the encoding modules,
+:data:`ENCODING_MODULES`). Prints one row per module: executable statements, check statements,
+their share, and whether it is within the target (at most a quarter, issue 12).
+
+A *statement* is an ``ast.stmt`` node, counted once however many lines it spans; compound
+statements count once for their header and their bodies are counted statement by statement.
+Not counted: ``def``/``class`` headers, imports, docstrings.
+
+A statement is a *check* when
+
+1. it lies inside a *validation function*: one whose name matches :data:`VALIDATOR` (``check_*``,
+   ``_check*``, ``validate*``, ``_require*``, ``_normalise``, ``as_*``), nested functions included;
+2. it is a ``raise``, or an ``if`` whose body is nothing but a ``raise`` (the header and the
+   ``raise`` both count; a following ``elif`` is an ``if`` of its own);
+3. its value is a call to a validation function: ``x = check_int(x, "x")``,
+   ``check_alloc(...)``, ``return _check_tables(...)`` (the outermost call, also either branch
+   of a conditional expression; ``return _formula(check_real(b))`` is *not* a check).
+
+This is deliberately mechanical so that before/after numbers are comparable; it does not try
+to understand what a statement does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: The modules that implement encodings (and the attention core the logit-level ones plug into).
+ENCODING_MODULES = (
+    "posenc_np/absolute.py",
+    "posenc_np/rope.py",
+    "posenc_np/rope_scaling.py",
+    "posenc_np/alibi.py",
+    "posenc_np/attention.py",
+    "posenc_np/positions.py",
+    "posenc_np/_rotary.py",
+    "posenc_np/relative/t5.py",
+    "posenc_np/relative/shaw.py",
+    "posenc_np/relative/bert.py",
+    "posenc_np/relative/transformer_xl.py",
+    "posenc_np/relative/deberta.py",
+)
+
+VALIDATOR = re.compile(r"^_?(check|validate|require|normali[sz]e|as_)")
+TARGET = 0.25
+
+
+def _is_validator_name(name: str | None) -> bool:
+    return bool(name) and bool(VALIDATOR.match(name))
+
+
+def _call_name(node) -> str | None:
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Name):
+            return f.id
+        if isinstance(f, ast.Attribute):
+            return f.attr
+    return None
+
+
+def _is_check_value(value) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, ast.IfExp):
+        return _is_check_value(value.body) or _is_check_value(value.orelse)
+    if isinstance(value, ast.Await):
+        value = value.value
+    return _is_validator_name(_call_name(value))
+
+
+def _only_raises(body) -> bool:
+    return bool(body) and all(isinstance(s, ast.Raise) for s in body)
+
+
+def _executable(node) -> bool:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+        return False
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        return False  # docstring (or a bare string)
+    return True
+
+
+def _bodies(node):
+    for name in ("body", "orelse", "finalbody"):
+        yield from getattr(node, name, []) or []
+    for handler in getattr(node, "handlers", []) or []:
+        yield from handler.body
+    for case in getattr(node, "cases", []) or []:
+        yield from case.body
+
+
+def count(source: str) -> tuple[int, int]:
+    """``(executable statements, check statements)`` of one module's source."""
+    total = checks = 0
+
+    def visit(stmts, in_validator: bool):
+        nonlocal total, checks
+        for node in stmts:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(node.body, in_validator or _is_validator_name(node.name))
+                continue
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, in_validator)
+                continue
+            if not _executable(node):
+                continue
+            total += 1
+            is_check = (in_validator or isinstance(node, ast.Raise)
+                        or (isinstance(node, ast.If) and _only_raises(node.body))
+                        or (isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return))
+                            and _is_check_value(node.value)))
+            checks += is_check
+            if isinstance(node, ast.If) and _only_raises(node.body):
+                total += len(node.body)
+                checks += len(node.body)
+                visit(node.orelse, in_validator)
+            else:
+                visit(list(_bodies(node)), in_validator)
+
+    visit(ast.parse(source).body, False)
+    return total, checks
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="*", help="modules to count (default: the encoding modules)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    files = args.files or [f for f in ENCODING_MODULES if (ROOT / f).exists()]
+    rows = []
+    for name in files:
+        path = Path(name) if Path(name).is_absolute() else ROOT / name
+        total, checks = count(path.read_text())
+        rows.append({"module": name, "statements": total, "checks": checks,
+                     "share": round(checks / total, 3) if total else 0.0})
+    all_total = sum(r["statements"] for r in rows)
+    all_checks = sum(r["checks"] for r in rows)
+    if args.json:
+        json.dump({"rows": rows, "statements": all_total, "checks": all_checks}, sys.stdout, indent=1)
+        print()
+        return 0
+    print(f"{'module':40s} {'statements':>10s} {'checks':>7s} {'share':>6s}")
+    for r in rows:
+        flag = "" if r["share"] <= TARGET else "  > 1/4"
+        print(f"{r['module']:40s} {r['statements']:10d} {r['checks']:7d} {r['share']:6.0%}{flag}")
+    print(f"{'total':40s} {all_total:10d} {all_checks:7d} {all_checks / max(all_total, 1):6.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
