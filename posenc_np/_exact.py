@@ -71,6 +71,8 @@ _INV2PI_BITS = 1600          # fixed-point 1/(2 pi): enough for any finite doubl
 _TABLE_BITS = 9              # 512 table angles per turn
 _CHUNK = 1 << 15             # elements per kernel pass (keeps temporaries in cache)
 _SPLITTER = float(2 ** 27 + 1)
+_TINY = 2.0 ** -64           # angles below this (radians) take the tiny-angle path
+_TINY_SCALE = 600            # S: tiny angles are formed as (p w 2^S) 2^-S, so subnormal ones stay exact
 
 
 # --------------------------------------------------------------------------- double-double primitives
@@ -284,37 +286,44 @@ def exact_values(freqs) -> tuple | None:
 @dataclass(frozen=True)
 class TurnConstants:
     r"""Per frequency :math:`\omega`: :math:`u = \omega/2\pi` as digits of :math:`u \bmod 1`
-    (``digits[j]`` has weight :math:`2^{-24(j+1)}`) and as a triple-double ``u_hi + u_lo + u_lo2``."""
+    (``digits[j]`` has weight :math:`2^{-24(j+1)}`) and as a triple-double ``u_hi + u_lo + u_lo2``;
+    :math:`\omega\,2^{S}` (:data:`_TINY_SCALE`) as a double-double ``w_hi + w_lo`` for the tiny-angle
+    path (:func:`_tiny_angles`)."""
 
     digits: np.ndarray  # (_K + 1, n) int64
     u_hi: np.ndarray
     u_lo: np.ndarray
     u_lo2: np.ndarray
+    w_hi: np.ndarray
+    w_lo: np.ndarray
 
     @property
     def size(self) -> int:
         return self.u_hi.size
 
     def take(self, index) -> TurnConstants:
-        return TurnConstants(self.digits[:, index], self.u_hi[index], self.u_lo[index], self.u_lo2[index])
+        return TurnConstants(self.digits[:, index], self.u_hi[index], self.u_lo[index], self.u_lo2[index],
+                             self.w_hi[index], self.w_lo[index])
 
 
-def _turn_one(man: int, exp: int) -> tuple[list[int], tuple[float, float, float]]:
-    """Digits of frac(u) and the triple-double u for one frequency ``man * 2**exp``."""
+def _turn_one(man: int, exp: int) -> tuple[list[int], tuple[float, ...]]:
+    """Digits of frac(u), the triple-double u and the double-double scaled frequency for ``man * 2**exp``."""
     t = man * _inv_two_pi_fixed()  # u = t * 2^(exp - _INV2PI_BITS)
     shift = _INV2PI_BITS - exp
     frac_bits = t & ((1 << shift) - 1) if shift > 0 else 0
     width = _B * (_K + 1)
     top = frac_bits >> (shift - width) if shift >= width else frac_bits << (width - shift)
     digits = [(top >> (_B * (_K - j))) & _MASK for j in range(_K + 1)]
-    return digits, tuple(_words(t, shift, 3))
+    # w = man * 2^(exp + S): finite for the frequencies that can give tiny angles (|w| < 2^-60)
+    w = _words(man, -(exp + _TINY_SCALE), 2) if exp + man.bit_length() < -60 else [0.0, 0.0]
+    return digits, (*_words(t, shift, 3), *w)
 
 
 @functools.lru_cache(maxsize=64)
 def _turn_constants(exact: tuple) -> TurnConstants:
     rows = [_turn_one(m, e) for m, e in exact]
     digits = np.array([r[0] for r in rows], dtype=np.int64).reshape(len(rows), _K + 1).T.copy()
-    words = np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), 3).T.copy()
+    words = np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), 5).T.copy()
     return TurnConstants(digits, *words)
 
 
@@ -475,9 +484,44 @@ def _kernel(whole, frac, tc: TurnConstants, amplitude: float):
     c_lo = c_lo + (cl + ch * q - pe - sh * sin_rest - sl * zh)
     s_hi, s_lo = two_sum(sh, r)   # sin(A + z) = S + S q + C sin z
     s_lo = s_lo + (sl + sh * q + re + ch * sin_rest + cl * zh)
+    c_hi, c_lo, s_hi, s_lo = _tiny_angles(whole, frac, tc, (c_hi, c_lo, s_hi, s_lo))
     if amplitude != 1.0:
         c_hi, c_lo = _scale(c_hi, c_lo, amplitude)
         s_hi, s_lo = _scale(s_hi, s_lo, amplitude)
+    return c_hi, c_lo, s_hi, s_lo
+
+
+def _tiny_angles(whole, frac, tc: TurnConstants, parts):
+    r"""Replace the entries whose angle :math:`|z| = |p\,\omega| < 2^{-64}` by :math:`\sin z = z`,
+    :math:`\cos z = 1` (the next terms, :math:`z^3/6` and :math:`z^2/2`, are below :math:`2^{-128}`
+    relative: they cannot move the rounding by more than a tiny fraction of an ulp).
+
+    The turn digits hold :math:`p\,u` to :math:`2^{-139}` *absolute*, nothing for such angles
+    (:math:`\sin(10^{-300})` came out 0). Here :math:`z` is the double-double product of the
+    position with the exact frequency scaled by :math:`2^{S}`, then scaled back: exact for normal
+    results, one rounding (half an ulp) for subnormal ones. Only frequencies below :math:`2^{-60}`
+    can give such angles; for every other table this is a no-op.
+    """
+    cols = np.flatnonzero(tc.w_hi)
+    if cols.size == 0:
+        return parts
+    c_hi, c_lo, s_hi, s_lo = (a.copy() for a in parts)
+    p = whole.astype(np.float64)[:, None]  # exact: |p| < 2^53
+    zh, zl = two_prod(p, tc.w_hi[cols])
+    zl = zl + p * tc.w_lo[cols]
+    if frac is not None:
+        fh, fl = two_prod(frac[:, None], tc.w_hi[cols])
+        zh, zl2 = two_sum(zh, fh)
+        zl = zl + zl2 + fl + frac[:, None] * tc.w_lo[cols]
+    zh, zl = fast_two_sum(zh, zl)
+    tiny = np.abs(zh) < np.ldexp(_TINY, _TINY_SCALE)
+    if not tiny.any():
+        return parts
+    z_hi, z_lo = np.ldexp(zh, -_TINY_SCALE), np.ldexp(zl, -_TINY_SCALE)
+    for dst, value in ((c_hi, 1.0), (c_lo, 0.0), (s_hi, z_hi), (s_lo, z_lo)):
+        block = dst[:, cols]
+        block[tiny] = np.broadcast_to(value, tiny.shape)[tiny]
+        dst[:, cols] = block
     return c_hi, c_lo, s_hi, s_lo
 
 
