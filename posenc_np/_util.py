@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import collections
+import functools
+import threading
+
 import numpy as np
 
 
@@ -63,3 +67,40 @@ def normal_init(rng: np.random.Generator, std: float, shape, dtype=np.float64, w
     if not np.all(np.isfinite(w)):
         raise ValueError(f"init_std={std} gives {what} beyond {np.dtype(dtype)}'s range")
     return w
+
+
+def memo_table(fn=None, *, maxsize: int = 32, max_bytes: int = 1 << 24):
+    """Decorator: keep the arrays ``fn`` returns for its (hashable) arguments, read-only.
+
+    For the static tables of an encoding that depend only on its configuration and the lengths
+    (bucket maps, relative indices, sinusoids): a model computes each once per (config, length)
+    instead of once per forward and layer. A small LRU of ``maxsize`` entries; results larger
+    than ``max_bytes`` are returned but not kept. Thread-safe. Results are marked read-only, so
+    a caller that modifies one gets an error instead of corrupting the cache.
+    """
+    if fn is None:
+        return functools.partial(memo_table, maxsize=maxsize, max_bytes=max_bytes)
+    cache: collections.OrderedDict = collections.OrderedDict()
+    lock = threading.Lock()
+
+    @functools.wraps(fn)
+    def cached(*args):
+        key = tuple((type(a), a) for a in args)  # 3 and np.uint64(3) are equal but compute differently
+        with lock:
+            hit = cache.get(key)
+            if hit is not None:
+                cache.move_to_end(key)
+                return hit
+        value = fn(*args)
+        arrays = value if isinstance(value, tuple) else (value,)
+        for a in arrays:
+            a.flags.writeable = False
+        if sum(a.nbytes for a in arrays) <= max_bytes:
+            with lock:
+                cache[key] = value
+                if len(cache) > maxsize:
+                    cache.popitem(last=False)
+        return value
+
+    cached.cache_clear = cache.clear
+    return cached

@@ -64,6 +64,11 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
     base = check_real(base, "base", positive=True)
     if base == 1.0:
         raise ValueError("base must differ from 1 (every frequency would be 1)")
+    return _frequencies(dim, base)
+
+
+def _frequencies(dim: int, base: float):
+    r""":math:`\omega_i = \mathrm{base}^{-2i/d}` for checked ``dim`` (even) and ``base`` (> 0, not 1)."""
     return _exact.frequency_array(_exact.omega(dim, base))
 
 
@@ -81,6 +86,11 @@ def _sin_cos_layout(s: np.ndarray, c: np.ndarray, layout: str) -> np.ndarray:
     out[..., 0::2] = s
     out[..., 1::2] = c
     return out
+
+
+def _sinusoid(positions, freqs, layout: str) -> np.ndarray:
+    """The float64 sinusoid of ``positions`` for frequencies ``freqs``, laid out (the body of :func:`sinusoidal`)."""
+    return _sin_cos_layout(*_sin_cos(positions, freqs), layout)
 
 
 def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "interleaved",
@@ -120,8 +130,7 @@ def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "int
     dtype = check_float_dtype(dtype)
     pos = as_positions(positions)
     check_alloc(pos.shape + (check_int(dim, "dim", minimum=1),), np.float64, "sinusoidal table positions.shape + (dim,)")
-    freqs = sinusoidal_frequencies(dim, base=base)
-    return _sin_cos_layout(*_sin_cos(pos, freqs), layout).astype(dtype, copy=False)
+    return _sinusoid(pos, sinusoidal_frequencies(dim, base=base), layout).astype(dtype, copy=False)
 
 
 def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timescale: float = 1.0e4,

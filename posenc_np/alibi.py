@@ -41,9 +41,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import attention as _attn
-from ._checks import as_float_array, check_alloc, check_bool, check_choice, check_float_dtype, check_int, check_real
+from ._checks import (check_alloc, check_bool, check_choice, check_exact_distances, check_float_dtype, check_hook_args,
+                      check_int, check_qkv, check_real, check_scale, check_slopes)
+from .attention import Hook
+from .positions import _grid
 
-__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_BYTES", "attention", "attention_backward", "bias", "slopes"]
+__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_BYTES", "ALiBiBias", "attention", "attention_backward", "bias", "slopes"]
 
 FORMS = ("causal", "symmetric", "bloom")
 BACKENDS = ("auto", "numpy", "numba")
@@ -53,8 +56,6 @@ BACKENDS = ("auto", "numpy", "numba")
 #: several arrays of that size at once, so its peak is a few times the budget). The fused
 #: kernel (``backend="numba"``, float32/float64) never materialises either and has no such limit.
 MAX_BIAS_BYTES = 1 << 30
-#: Largest query-key distance whose float value is exact, by dtype the positions are computed in.
-_EXACT_DISTANCE = {np.dtype(np.float16): 2**11, np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
 
 
 def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
@@ -102,40 +103,6 @@ def _slopes(n: int, b: float) -> np.ndarray:
     return np.exp2(-b * np.concatenate([first, extra]))
 
 
-def _max_distance(q_len: int, k_len: int, q_offset: int) -> int:
-    """Largest ``|p_i - j|`` over queries ``p_i = i + q_offset`` (``i < q_len``) and keys ``j < k_len``."""
-    if q_len == 0 or k_len == 0:
-        return 0
-    return max(abs(q_offset + q_len - 1), abs(q_offset - (k_len - 1)))
-
-
-def _check_distances(q_len: int, k_len: int, q_offset: int, dtype) -> None:
-    """Every query-key distance must be an exact integer in ``dtype`` (where positions are computed).
-
-    Past that, neighbouring positions round to the same value and the bias silently loses
-    them (float32 beyond 2^24; a float32 ALiBi at q_offset 2^24 differed from float64 by 0.58).
-    """
-    limit = _EXACT_DISTANCE[np.dtype(dtype)]
-    dist = _max_distance(q_len, k_len, q_offset)
-    if dist > limit:
-        raise ValueError(f"q_offset={q_offset} with q_len={q_len}, k_len={k_len} puts a query {dist} positions from a "
-                         f"key, more than {np.dtype(dtype)} represents exactly ({limit}); positions would round "
-                         f"together. Use float64, or shift q_offset and the keys together (the causal and symmetric "
-                         f"forms depend only on the distance)")
-
-
-def _check_slopes(slopes_, num_heads: int) -> np.ndarray:
-    arr = as_float_array(slopes_, "slopes")
-    if arr.shape != (num_heads,):
-        raise ValueError(f"slopes must have shape (num_heads,) = ({num_heads},), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("slopes must be finite (no NaN or inf)")
-    if np.any(arr < 0):
-        raise ValueError(f"slopes must be >= 0 (a negative slope flips the sign convention), "
-                         f"got {float(arr[arr < 0][0])}")
-    return arr
-
-
 def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "causal", slopes=None,
          q_offset: int = 0, dtype=None) -> np.ndarray:
     r"""The ALiBi bias, ``(num_heads, q_len, k_len)``, to add to the scaled logits.
@@ -181,37 +148,73 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
     """
     n = check_int(num_heads, "num_heads", minimum=1)
     check_alloc((n,), np.float64, "slopes (num_heads,)")
-    q_len = check_int(q_len, "q_len", minimum=0)
-    q_offset = check_int(q_offset, "q_offset")
+    q_len, q_offset = check_int(q_len, "q_len", minimum=0), check_int(q_offset, "q_offset")
     k_len = q_offset + q_len if k_len is None else check_int(k_len, "k_len", minimum=0)
     if k_len < 0:
         raise ValueError(f"k_len defaults to q_offset + q_len, which is {k_len} < 0; pass k_len explicitly")
     form = check_choice(form, "form", FORMS)
-    if slopes is None:
-        m = _slopes(n, 8.0)
-        out_dtype = np.dtype(np.float64)
-    else:
-        m = _check_slopes(slopes, n)
-        out_dtype = m.dtype
-    if dtype is not None:
-        out_dtype = check_float_dtype(dtype)
+    m = _slopes(n, 8.0) if slopes is None else check_slopes(slopes, n)
+    out_dtype = check_float_dtype(dtype) if dtype is not None else m.dtype
     _check_budget((n, q_len, k_len), out_dtype, "bias (num_heads, q_len, k_len)")
-    _check_distances(q_len, k_len, q_offset, np.float64)
+    check_exact_distances(q_len, k_len, q_offset, np.float64)
     return _bias(m, q_len, k_len, form, q_offset, out_dtype)
 
 
 def _bias(m: np.ndarray, q_len: int, k_len: int, form: str, q_offset: int, dtype) -> np.ndarray:
-    """:func:`bias` for checked arguments: slopes ``m`` ``(heads,)``, computed in float64, cast once."""
+    r""":math:`B_{h,i,j}` for checked arguments: slopes ``m`` ``(heads,)``; with
+    :math:`r_{ij} = j - (i + \text{q\_offset})` (:mod:`posenc_np.positions`), ``causal``
+    :math:`m_h r_{ij}`, ``symmetric`` :math:`-m_h |r_{ij}|`, ``bloom`` :math:`m_h j`; computed in
+    float64, cast once."""
     m = m.astype(np.float64)[:, None, None]
-    qpos = (np.arange(q_len, dtype=np.float64) + q_offset)[:, None]  # (q_len, 1)
-    kpos = np.arange(k_len, dtype=np.float64)[None, :]  # (1, k_len)
-    if form == "causal":
-        out = m * (kpos - qpos)  # = -m (q - k)
-    elif form == "symmetric":
-        out = -m * np.abs(kpos - qpos) + 0.0  # "+ 0.0" turns the diagonal's -0.0 into 0.0
-    else:  # bloom: key position only, identical for every query row
-        out = np.broadcast_to(m * kpos, (m.shape[0], q_len, k_len))
+    if form == "bloom":  # key position only, identical for every query row
+        kpos = np.arange(k_len, dtype=np.float64)[None, :]
+        return np.ascontiguousarray(np.broadcast_to(m * kpos, (m.shape[0], q_len, k_len)), dtype=dtype)
+    r = _grid(q_len, k_len, q_offset, np.float64)  # key - query, exact: distances <= 2^53
+    out = m * r if form == "causal" else -m * np.abs(r) + 0.0  # "+ 0.0" turns the diagonal's -0.0 into 0.0
     return np.ascontiguousarray(out, dtype=dtype)
+
+
+class ALiBiBias(Hook):
+    r"""ALiBi as an attention hook: adds :func:`bias` (``form``, bottom-right aligned: query ``i``
+    at ``i + k_len - q_len``) to the scaled logits; nothing is learned.
+
+    ``attention.forward(q, k, v, causal=True, hooks=[ALiBiBias(heads)])`` is the reference of
+    :func:`attention` (which uses this hook on its NumPy path, and the fused kernel otherwise).
+
+    Parameters
+    ----------
+    num_heads : int
+    form : {"causal", "symmetric", "bloom"}
+        ``causal`` for a decoder (with ``causal=True``), ``symmetric`` for an encoder.
+    slopes : array_like, optional
+        ``(num_heads,)`` finite slopes >= 0; default :func:`slopes` ``(num_heads)``.
+    """
+
+    def __init__(self, num_heads: int, *, form: str = "causal", slopes=None):
+        num_heads = check_int(num_heads, "num_heads", minimum=1)
+        check_alloc((num_heads,), np.float64, "slopes (num_heads,)")
+        self._set(_slopes(num_heads, 8.0) if slopes is None else check_slopes(slopes, num_heads),
+                  check_choice(form, "form", FORMS))
+
+    def _set(self, slopes: np.ndarray, form: str) -> None:
+        self.num_heads, self.slopes, self.form = slopes.size, slopes, form
+        self.params, self.grads = {}, {}
+
+    @classmethod
+    def _from_checked(cls, slopes: np.ndarray, form: str) -> ALiBiBias:
+        """The hook for slopes and form already checked (zero heads included)."""
+        hook = cls.__new__(cls)
+        hook._set(slopes, form)
+        return hook
+
+    def logits(self, q, k, scale, mask=None):
+        """Hook: the bias ``(heads, q_len, k_len)`` in ``q``'s dtype (not multiplied by ``scale``)."""
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
+        if q.shape[-3] != self.num_heads:
+            raise ValueError(f"q must be (..., num_heads={self.num_heads}, q_len, d), got shape {q.shape}")
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len)")
+        return _bias(self.slopes, q_len, k_len, self.form, k_len - q_len, q.dtype), None
 
 
 def _check_budget(shape, dtype, what: str) -> None:
@@ -245,10 +248,8 @@ def _resolve_backend(backend, q, k) -> str:
 def _forward_numpy(q, k, v, m, causal, scale):
     q_len, k_len = q.shape[-2], k.shape[-2]
     _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path")
-    form = "causal" if causal else "symmetric"
-    # Bottom-right alignment, as in posenc_np.attention: query i is at position i + k_len - q_len.
-    b = _bias(m, q_len, k_len, form, k_len - q_len, q.dtype)
-    return _attn.forward(q, k, v, bias=b, causal=causal, scale=scale)
+    hook = ALiBiBias._from_checked(m, "causal" if causal else "symmetric")
+    return _attn._forward(q, k, v, None, _attn._keep(None, causal, q_len, k_len), scale, (hook,))
 
 
 def _backward_numpy(dout, inner):
@@ -312,12 +313,12 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     cache : dict
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
     """
-    q, k, v = _attn._check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     causal = check_bool(causal, "causal")
-    scale = _attn._check_scale(scale, q.shape[-1])
+    scale = check_scale(scale, q.shape[-1])
     heads = q.shape[-3]
     if slopes is not None:
-        m = _check_slopes(slopes, heads)
+        m = check_slopes(slopes, heads)
     else:  # no heads (a zero-size axis): nothing to bias
         m = _slopes(heads, 8.0) if heads else np.zeros(0)
     resolved = _resolve_backend(backend, q, k)

@@ -183,11 +183,18 @@ class RopeSetup:
                                                 max_position_embeddings=self.max_position_embeddings)
         return self._cache["freq"]
 
+    def parsed(self):
+        """The scaling dict read once (:func:`posenc_np.rope_scaling.parse_scaling`)."""
+        if "parsed" not in self._cache:
+            from .rope_scaling import parse_scaling
+
+            self._cache["parsed"] = parse_scaling(self.head_dim, base=self.base, scaling=self.scaling,
+                                                  max_position_embeddings=self.max_position_embeddings)
+        return self._cache["parsed"]
+
     @property
     def rope_type(self) -> str:
-        from .rope_scaling import _normalise
-
-        return _normalise(self.scaling)[0]
+        return self.parsed().rope_type
 
     @property
     def pairs(self) -> int:
@@ -248,31 +255,22 @@ def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
     float32. Other types (``ntk``, ``proportional``) return the exact frequencies rounded to
     float32 and ``False``.
     """
-    from .rope_scaling import (
-        _factor,
-        _implied_factor,
-        _normalise,
-        _original_max,
-        _resolve_dim_base,
-    )
-
-    rope_type, params = _normalise(setup.scaling)
-    dim, base = _resolve_dim_base(setup.head_dim, setup.base, params, rope_type)
+    sc = setup.parsed()
+    rope_type, dim, base, v = sc.rope_type, sc.dim, sc.base, sc.values
     max_pos, seq_len = setup.max_position_embeddings, setup.seq_len
     if rope_type in ("default", "mrope"):
         return _hf_plain(dim, base), True
     if rope_type == "linear":
-        return _hf_plain(dim, base) / _F32(_factor(params, "factor", "linear")), True
+        return _hf_plain(dim, base) / _F32(v["factor"]), True
     if rope_type == "dynamic":
-        s = _factor(params, "factor", "dynamic")
+        s = v["factor"]
         L = max_pos if seq_len is None or seq_len <= max_pos else seq_len
         return _hf_plain(dim, base * ((s * L / max_pos) - (s - 1)) ** (dim / (dim - 2))), True
     if rope_type == "yarn":
-        L0 = _original_max(params, "yarn", max_pos)
-        s = _implied_factor(params, "yarn", L0, max_pos)
-        fast, slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
+        L0, s = v["original_max_position_embeddings"], v["factor"]
+        fast, slow = v["beta_fast"], v["beta_slow"]
         low, high = _hf_correction_dim(fast, dim, base, L0), _hf_correction_dim(slow, dim, base, L0)
-        if params.get("truncate", True):
+        if v["truncate"]:
             low, high = math.floor(low), math.ceil(high)
         low, high = max(low, 0), min(high, dim - 1)
         if low == high:
@@ -283,13 +281,12 @@ def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
         interpolation = _F32(1) / (_F32(s) * pos_freqs)
         return interpolation * (_F32(1) - extrapolation) + (_F32(1) / pos_freqs) * extrapolation, True
     if rope_type == "longrope":
-        L0 = _original_max(params, "longrope", max_pos)
-        ext = params["long_factor"] if seq_len is not None and seq_len > L0 else params["short_factor"]
+        L0 = v["original_max_position_embeddings"]
+        ext = v["long_factor"] if seq_len is not None and seq_len > L0 else v["short_factor"]
         return _F32(1) / (np.asarray(ext, dtype=_F32) * _pow32(base, np.arange(0, dim, 2).astype(_F32) / _F32(dim))), True
     if rope_type == "llama3":
-        s = _F32(_factor(params, "factor", "llama3"))
-        low, high = params["low_freq_factor"], params["high_freq_factor"]
-        L0 = _original_max(params, "llama3", max_pos)
+        s = _F32(v["factor"])
+        low, high, L0 = v["low_freq_factor"], v["high_freq_factor"], v["original_max_position_embeddings"]
         inv = _hf_plain(dim, base)
         wavelen = _F32(2 * math.pi) / inv
         low_wl, high_wl = _F32(L0 / low), _F32(L0 / high)
@@ -359,14 +356,12 @@ def llama_cpp_cos_sin(positions, dim: int, base: float, *, freq_scale: float = 1
 
 def _llama_cpp_params(setup: RopeSetup):
     """``(dim, base, freq_scale, freq_factors)`` for llama.cpp, or None where this module does not emulate it."""
-    from .rope_scaling import _factor, _normalise, _resolve_dim_base
-
-    rope_type, params = _normalise(setup.scaling)
-    dim, base = _resolve_dim_base(setup.head_dim, setup.base, params, rope_type)
+    sc = setup.parsed()
+    rope_type, dim, base = sc.rope_type, sc.dim, sc.base
     if rope_type in ("default", "mrope"):
         return dim, base, 1.0, None
     if rope_type == "linear":
-        return dim, base, 1.0 / _factor(params, "factor", "linear"), None
+        return dim, base, 1.0 / sc.values["factor"], None
     if rope_type in ("llama3", "longrope"):  # GGUF rope_freqs: the per-pair divisor, stored as float32
         plain = 1.0 / (base ** (np.arange(0, dim, 2) / dim))
         return dim, base, 1.0, plain / np.asarray(setup.frequencies()[0], dtype=np.float64)

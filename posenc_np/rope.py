@@ -35,10 +35,31 @@ import math
 import numpy as np
 
 from . import _exact
-from ._checks import (as_float_array, as_positions, check_alloc, check_angles, check_choice, check_float_dtype, check_int,
-                      check_real)
-from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
-                           yarn_get_mscale)
+from ._checks import (
+    ROPE_BACKENDS,
+    ROPE_LAYOUTS,
+    as_positions,
+    check_alloc,
+    check_angles,
+    check_choice,
+    check_even,
+    check_int,
+    check_inv_freq,
+    check_mrope_section,
+    check_out,
+    check_real,
+    check_rotation,
+    check_rotation_input,
+    check_table_args,
+)
+from .rope_scaling import (
+    ROPE_TYPES,
+    inv_freq,
+    llama3_bands,
+    yarn_correction_dim,
+    yarn_correction_range,
+    yarn_get_mscale,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -47,6 +68,8 @@ __all__ = [
     "XPOS_CENTRES",
     "apply",
     "apply_backward",
+    "apply_qk",
+    "apply_qk_backward",
     "axial_cos_sin",
     "convert_layout",
     "cos_sin",
@@ -63,49 +86,89 @@ __all__ = [
     "yarn_get_mscale",
 ]
 
-LAYOUTS = ("half", "interleaved")
-BACKENDS = ("auto", "numpy", "numba")
+LAYOUTS = ROPE_LAYOUTS  # ("half", "interleaved"): defined with the checks the kernel shares
+BACKENDS = ROPE_BACKENDS
 #: How :func:`cos_sin` builds its tables.
 TABLE_METHODS = ("exact", "direct", "float32-split")
 XPOS_CENTRES = ("none", "torchscale", "rotary-embedding-torch")
 MROPE_VARIANTS = ("qwen2-vl", "qwen3-vl")
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- the rotation (unchecked)
 
-def _resolve_backend(backend, x) -> str:
-    """The one place that picks the implementation of the rotation.
+def _pair_slices(n: int, layout: str) -> tuple[slice, slice]:
+    """Channels holding the first and second member of each of the ``n`` pairs."""
+    return (slice(0, n), slice(n, 2 * n)) if layout == "half" else (slice(0, 2 * n, 2), slice(1, 2 * n, 2))
 
-    ``"numpy"``: :func:`_rotate_numpy`. ``"numba"``: the kernel :func:`posenc_np.kernels.rope_apply`
-    (float32/float64 only). ``"auto"``: the kernel from ``ROPE_NUMBA_MIN_ELEMENTS`` elements of
-    ``x`` up (the measured crossover; reading it does not import Numba), NumPy below.
+
+def _pair_values(cos: np.ndarray, sin: np.ndarray, layout: str, dtype, inverse: bool):
+    """The per-pair ``c``, ``s`` of valid tables, cast to ``dtype``; ``s = -sin t`` for the inverse."""
+    first, _ = _pair_slices(cos.shape[-1] // 2, layout)
+    c = cos[..., first].astype(dtype, copy=False)
+    s = sin[..., first].astype(dtype, copy=False)
+    return c, (-s if inverse else s)
+
+
+def _rotate_pairs(x: np.ndarray, c: np.ndarray, s: np.ndarray, layout: str, out=None) -> np.ndarray:
+    """Each pair ``(a, b)`` of ``x`` to ``(a c - b s, a s + b c)``; channels past the pairs copy.
+
+    Both results are formed before either is stored, so ``out`` may be ``x`` (in place).
     """
-    backend = check_choice(backend, "backend", BACKENDS)
+    n = c.shape[-1]
+    first, second = _pair_slices(n, layout)
+    a, b = x[..., first], x[..., second]
+    ya, yb = a * c - b * s, a * s + b * c
+    if out is None:
+        out = np.empty_like(x)
+    out[..., first] = ya
+    out[..., second] = yb
+    if out is not x:
+        out[..., 2 * n:] = x[..., 2 * n:]
+    return out
+
+
+def _rotate_numpy(x, cos, sin, layout, inverse, out=None):
+    """The reference rotation of valid ``x``, tables (computed in ``x``'s dtype)."""
+    return _rotate_pairs(x, *_pair_values(cos, sin, layout, x.dtype, inverse), layout, out)
+
+
+def _rotate_numba(x, cos, sin, layout, inverse, out=None):
+    """The same rotation by the Numba kernel (bit-identical to :func:`_rotate_numpy` on valid tables)."""
+    from .kernels.rope import rotate_tables
+
+    return rotate_tables(x, cos, sin, layout, inverse, out)
+
+
+def _resolve(backend: str, x: np.ndarray) -> str:
+    """The implementation of a valid ``backend`` choice: ``"auto"`` takes the kernel from
+    ``ROPE_NUMBA_MIN_ELEMENTS`` elements of float32/float64 ``x`` up (the measured crossover;
+    reading it does not import Numba), NumPy below."""
+    if backend != "auto":
+        return backend
+    from .kernels import ROPE_NUMBA_MIN_ELEMENTS
+
     fits = x.dtype in (np.float32, np.float64)
-    if backend == "numba":
-        if not fits:
-            raise TypeError(f"backend='numba' needs float32 or float64 input, got {x.dtype}")
-        return "numba"
-    if backend == "auto" and fits:
-        from .kernels import ROPE_NUMBA_MIN_ELEMENTS
-
-        if x.size >= ROPE_NUMBA_MIN_ELEMENTS:
-            return "numba"
-    return "numpy"
+    return "numba" if fits and x.size >= ROPE_NUMBA_MIN_ELEMENTS else "numpy"
 
 
-def _check_inv_freq(inv_freq) -> np.ndarray:
-    arr = as_float_array(inv_freq, "inv_freq").astype(np.float64, copy=False)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(f"inv_freq must be a non-empty 1-D array, got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("inv_freq must be finite (no NaN or inf)")
-    return arr
+def _rotate(x, cos, sin, layout: str, inverse: bool, backend: str = "auto", out=None) -> np.ndarray:
+    """Rotate ``x`` by valid tables (the unchecked body of :func:`apply` / :func:`apply_backward`)."""
+    rotate = _rotate_numba if _resolve(backend, x) == "numba" else _rotate_numpy
+    return rotate(x, cos, sin, layout, inverse, out)
 
 
-def _check_attention_factor(attention_factor) -> float:
-    return check_real(attention_factor, "attention_factor", positive=True)
+def _rotate_qk(q, k, cos, sin, layout: str, inverse: bool, backend: str = "auto", out_q=None, out_k=None):
+    """Rotate ``q`` and ``k`` by the same valid tables, read once (the body of :func:`apply_qk`)."""
+    if _resolve(backend, q) == "numba" and _resolve(backend, k) == "numba":
+        dtype = np.result_type(q, k).newbyteorder("=")
+        cos, sin = cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)
+        return _rotate_numba(q, cos, sin, layout, inverse, out_q), _rotate_numba(k, cos, sin, layout, inverse, out_k)
+    c, s = _pair_values(cos, sin, layout, np.result_type(q, k), inverse)
+    return _rotate_pairs(q, c.astype(q.dtype, copy=False), s.astype(q.dtype, copy=False), layout, out_q), \
+        _rotate_pairs(k, c.astype(k.dtype, copy=False), s.astype(k.dtype, copy=False), layout, out_k)
 
+
+# --------------------------------------------------------------------------- tables (unchecked)
 
 #: Largest amplitude handed to the exact kernel as is: its Veltkamp split multiplies by 2^27 + 1,
 #: which overflows past about 2^997. A larger factor is applied afterwards as an exact power of two.
@@ -139,90 +202,20 @@ def _tables(c: np.ndarray, s: np.ndarray, layout: str, dtype, amplitude_name: st
     return c.astype(dtype, copy=False), s.astype(dtype, copy=False)
 
 
-def _pair_slices(n: int, layout: str) -> tuple[slice, slice]:
-    """Channels holding the first and second member of each of the ``n`` pairs."""
-    return (slice(0, n), slice(n, 2 * n)) if layout == "half" else (slice(0, 2 * n, 2), slice(1, 2 * n, 2))
-
-
-def _check_pairs(table: np.ndarray, layout: str, name: str) -> None:
-    """Both members of each pair of a cos/sin table must hold the same value.
-
-    A table built for the other layout fails this check (unless every angle is equal), which
-    catches the classic half/interleaved mix-up instead of rotating the wrong channels.
-    """
-    first, second = _pair_slices(table.shape[-1] // 2, layout)
-    if not np.array_equal(table[..., first], table[..., second]):
-        raise ValueError(f"{name} is not a {layout!r}-layout table: the two channels of each pair differ "
-                         f"(expected {'[c | c]' if layout == 'half' else '[c0, c0, c1, c1, ...]'}; "
-                         "was it built for the other layout?)")
-
-
-def _check_tables(x: np.ndarray, cos, sin, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Shape checks shared by :func:`apply` and the kernel :func:`posenc_np.kernels.rope_apply`:
-    equal shapes, an even rotary dim no wider than ``x``, leading axes that broadcast to ``x``'s."""
-    cos, sin = as_float_array(cos, "cos"), as_float_array(sin, "sin")
-    if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have the same shape, got {cos.shape} and {sin.shape}")
-    if cos.ndim == 0 or x.ndim == 0:
-        raise ValueError(f"cos and {name} need a channel axis, got shapes {cos.shape} and {x.shape}")
-    d = cos.shape[-1]
-    if d == 0 or d % 2:
-        raise ValueError(f"the rotary dim cos.shape[-1] must be even and positive, got {d}")
-    if d > x.shape[-1]:
-        raise ValueError(f"cos/sin are wider ({d} channels) than {name} ({x.shape[-1]} channels); "
-                         f"the rotary dim cannot exceed the head dim")
-    try:
-        lead = np.broadcast_shapes(cos.shape[:-1], x.shape[:-1])
-    except ValueError:
-        lead = None
-    if lead != x.shape[:-1]:
-        raise ValueError(f"cos/sin leading shape {cos.shape[:-1]} must broadcast to {name}'s leading shape "
-                         f"{x.shape[:-1]} (shapes {cos.shape} and {x.shape})")
-    return cos, sin
-
-
-def _prepare(x, cos, sin, layout, backend, name):
-    """Validate a rotation call; return ``(x, cos, sin, layout, backend)``."""
-    layout = check_choice(layout, "layout", LAYOUTS)
-    x = np.asarray(x)
-    check_float_dtype(x.dtype, f"{name}.dtype")
-    cos, sin = _check_tables(x, cos, sin, name)
-    if not (np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))):
-        raise ValueError("cos and sin must be finite (no NaN or inf)")
-    _check_pairs(cos, layout, "cos")
-    _check_pairs(sin, layout, "sin")
-    return x, cos, sin, layout, _resolve_backend(backend, x)
-
-
-def _rotate_numpy(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool) -> np.ndarray:
-    """Rotate each pair ``(a, b)`` of ``x`` to ``(a c - b s, a s + b c)``; channels past the pairs copy.
-
-    ``c``/``s`` are the per-pair values of the tables, cast to ``x``'s dtype. The forward
-    rotation uses ``s = sin t``, the inverse (the backward) ``s = -sin t``.
-    """
-    n = cos.shape[-1] // 2
-    first, second = _pair_slices(n, layout)
-    c = cos[..., first].astype(x.dtype, copy=False)
-    s = sin[..., first].astype(x.dtype, copy=False)
-    if inverse:
-        s = -s
-    a, b = x[..., first], x[..., second]
-    out = np.empty_like(x)
-    out[..., first] = a * c - b * s
-    out[..., second] = a * s + b * c
-    out[..., 2 * n:] = x[..., 2 * n:]
-    return out
-
-
-def _rotate_numba(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool) -> np.ndarray:
-    """The same rotation by the Numba kernel (bit-identical to :func:`_rotate_numpy` on valid tables)."""
-    from .kernels import rope_apply
-
-    return rope_apply(x, cos, sin, layout=layout, inverse=inverse)
-
-
-#: Rotation implementations by backend name (what _resolve_backend returns).
-_ROTATE = {"numpy": _rotate_numpy, "numba": _rotate_numba}
+def _cos_sin(pos, inv_freq, factor: float, layout: str, dtype, method: str = "exact"):
+    r"""Tables :math:`f\cos(p\,\omega_i)`, :math:`f\sin(p\,\omega_i)` for valid arguments
+    (``pos`` from :func:`posenc_np._exact.positions`; the body of :func:`cos_sin`)."""
+    if method == "direct":
+        p = pos.whole.astype(np.float64) + (0.0 if pos.frac is None else pos.frac)
+        check_angles(p, np.asarray(inv_freq, dtype=np.float64))
+        angles = p[..., None] * np.asarray(inv_freq, dtype=np.float64)
+        return _tables(factor * np.cos(angles), factor * np.sin(angles), layout, dtype)
+    consts = _exact.turn_constants(inv_freq)
+    if method == "float32-split":
+        c, s = _exact.float32_split(pos, consts)
+        f32 = np.float32(factor)
+        return _tables(c * f32, s * f32, layout, dtype) if factor != 1.0 else _tables(c, s, layout, dtype)
+    return _tables(*_exact_cos_sin(pos, consts, factor), layout, dtype)
 
 
 # --------------------------------------------------------------------------- cos/sin, apply, backward
@@ -251,11 +244,11 @@ def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str =
         ``"exact"``: every float64 value within one ulp of the exact :math:`f\cos(p\,\omega_i)`
         (nearly always correctly rounded), at any position (:mod:`posenc_np._exact`).
         ``"direct"``: the ordinary float64 implementation, :math:`p\,\omega_i` rounded to float64
-        and libm cos/sin; error about :math:`|p\,\omega_i| \cdot 2^{-53}` (8.8e-10 at
-        :math:`10^7`). ``"float32-split"``: float32 arithmetic only, integer positions: with
-        :math:`p = a\,2^{12} + b`, two small tables of exact values rounded to float32 combined
-        by the angle-addition formulas (error at most 1.44e-7 at any position, measured 1.43e-7;
-        see :func:`posenc_np._exact.float32_split`). Measured costs: ``docs/benchmarks.md``.
+        and libm cos/sin; error about :math:`|p\,\omega_i| \cdot 2^{-53}`. ``"float32-split"``:
+        float32 arithmetic only, integer positions: with :math:`p = a\,2^{12} + b`, two small
+        tables of exact values rounded to float32 combined by the angle-addition formulas (see
+        :func:`posenc_np._exact.float32_split`). Measured errors and costs: ``docs/precision.md``
+        and ``docs/benchmarks.md``.
 
     Returns
     -------
@@ -266,27 +259,14 @@ def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str =
     ValueError
         For positions that cannot be represented (see ``positions``), rather than rounding them.
     """
-    layout = check_choice(layout, "layout", LAYOUTS)
-    dtype = check_float_dtype(dtype)
+    freqs, factor, layout, dtype = check_table_args(inv_freq, attention_factor, layout, dtype)
     method = check_choice(method, "method", TABLE_METHODS)
-    freqs = _check_inv_freq(inv_freq)
-    factor = _check_attention_factor(attention_factor)
     pos = _exact.positions(positions)
     check_alloc(pos.shape + (2 * freqs.size,), np.float64, "cos/sin tables positions.shape + (2 * len(inv_freq),)")
-    if method == "direct":
-        p = pos.whole.astype(np.float64) + (0.0 if pos.frac is None else pos.frac)
-        check_angles(p, freqs)
-        angles = p[..., None] * freqs
-        return _tables(factor * np.cos(angles), factor * np.sin(angles), layout, dtype)
-    consts = _exact.turn_constants(inv_freq)
-    if method == "float32-split":
-        c, s = _exact.float32_split(pos, consts)
-        f32 = np.float32(factor)
-        return _tables(c * f32, s * f32, layout, dtype) if factor != 1.0 else _tables(c, s, layout, dtype)
-    return _tables(*_exact_cos_sin(pos, consts, factor), layout, dtype)
+    return _cos_sin(pos, inv_freq, factor, layout, dtype, method)
 
 
-def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
+def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto", out=None) -> np.ndarray:
     r"""Rotate the first ``cos.shape[-1]`` channels of ``x``: :math:`y = R_t x` per channel pair.
 
     ``half``: :math:`y_{:h} = x_{:h} c - x_{h:2h} s`, :math:`y_{h:2h} = x_{:h} s + x_{h:2h} c`;
@@ -307,27 +287,61 @@ def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.nda
     backend : {"auto", "numpy", "numba"}
         ``"numba"``: the parallel kernel (float32/float64; bit-identical results);
         ``"auto"``: the kernel for ``x.size >= ROPE_NUMBA_MIN_ELEMENTS``, NumPy below.
+    out : ndarray, optional
+        Where to write the result: ``x``'s shape and dtype, writeable. ``out=x`` rotates in
+        place; any other overlap with ``x``, ``cos`` or ``sin`` is a ``ValueError``.
 
     Returns
     -------
     ndarray, shape and dtype of ``x``
-        Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
+        ``out`` if given. Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
     """
-    x, cos, sin, layout, backend = _prepare(x, cos, sin, layout, backend, "x")
-    return _ROTATE[backend](x, cos, sin, layout, False)
+    x, cos, sin = check_rotation(x, cos, sin, layout, backend, "x")
+    return _rotate(x, cos, sin, layout, False, backend, check_out(out, x, "out", cos, sin))
 
 
-def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto") -> np.ndarray:
+def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto", out=None) -> np.ndarray:
     r"""Gradient of :func:`apply` with respect to ``x``: :math:`dx = R_t^\top dy = R_{-t}\,dy`.
 
     The transpose of the pairwise map :math:`\begin{pmatrix}c & -s\\ s & c\end{pmatrix}` is the
     same map with :math:`-s`, so this is :func:`apply`'s rotation with ``-sin``; pass-through
     channels get ``dy`` unchanged. It is the exact vector-Jacobian product for any tables
     (also xPos-scaled or with an attention factor); it is the *inverse* of :func:`apply` only
-    when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale).
+    when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale). ``out`` as in :func:`apply`
+    (``out=dy`` in place).
     """
-    dy, cos, sin, layout, backend = _prepare(dy, cos, sin, layout, backend, "dy")
-    return _ROTATE[backend](dy, cos, sin, layout, True)
+    dy, cos, sin = check_rotation(dy, cos, sin, layout, backend, "dy")
+    return _rotate(dy, cos, sin, layout, True, backend, check_out(out, dy, "out", cos, sin))
+
+
+def _check_qk(q, k, cos, sin, layout, backend, out_q, out_k):
+    q, cos, sin = check_rotation(q, cos, sin, layout, backend, "q")
+    k = check_rotation_input(k, cos, "k", backend)
+    out_q = check_out(out_q, q, "out_q", k, cos, sin)
+    return q, k, cos, sin, out_q, check_out(out_k, k, "out_k", q, cos, sin, *(() if out_q is None else (out_q,)))
+
+
+def apply_qk(q, k, cos, sin, *, layout: str = "half", backend: str = "auto", out_q=None, out_k=None):
+    r"""Rotate queries and keys by the same tables: ``(apply(q, ...), apply(k, ...))`` in one call.
+
+    The tables are checked and read once for both. ``q`` and ``k`` may differ in shape (grouped
+    or multi-query attention, a KV cache) as long as the tables fit both. ``out_q``/``out_k`` as
+    ``out`` in :func:`apply`: ``out_q=q, out_k=k`` rotates both in place; neither output may
+    overlap the other input or the tables.
+
+    Returns
+    -------
+    q_rot, k_rot : ndarray
+        Shapes and dtypes of ``q`` and ``k`` (``out_q``/``out_k`` if given).
+    """
+    q, k, cos, sin, out_q, out_k = _check_qk(q, k, cos, sin, layout, backend, out_q, out_k)
+    return _rotate_qk(q, k, cos, sin, layout, False, backend, out_q, out_k)
+
+
+def apply_qk_backward(dq, dk, cos, sin, *, layout: str = "half", backend: str = "auto", out_q=None, out_k=None):
+    r"""Gradient of :func:`apply_qk`: :math:`(R_{-t}\,dq, R_{-t}\,dk)` (see :func:`apply_backward`)."""
+    dq, dk, cos, sin, out_q, out_k = _check_qk(dq, dk, cos, sin, layout, backend, out_q, out_k)
+    return _rotate_qk(dq, dk, cos, sin, layout, True, backend, out_q, out_k)
 
 
 def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",
@@ -338,7 +352,7 @@ def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",
     Use it on a KV cache built before dynamic NTK or LongRoPE changed the frequencies (see
     ``docs/rope.md``); the attention factor is unchanged by both, so it is not involved.
     """
-    old, new = _check_inv_freq(old_inv_freq), _check_inv_freq(new_inv_freq)
+    old, new = check_inv_freq(old_inv_freq, "old_inv_freq"), check_inv_freq(new_inv_freq, "new_inv_freq")
     if old.shape != new.shape:
         raise ValueError(f"old_inv_freq and new_inv_freq must have the same shape, got {old.shape} and {new.shape}")
     cos, sin = cos_sin(positions, new - old, layout=layout)
@@ -367,16 +381,13 @@ def convert_layout(w, num_heads: int, *, src: str, dst: str, rotary_dim: int | N
     -------
     ndarray, same shape and dtype as ``w`` (a new array)
     """
-    src = check_choice(src, "src", LAYOUTS)
-    dst = check_choice(dst, "dst", LAYOUTS)
+    src, dst = check_choice(src, "src", LAYOUTS), check_choice(dst, "dst", LAYOUTS)
     w = np.asarray(w)
     num_heads = check_int(num_heads, "num_heads", minimum=1)
     if w.ndim == 0 or w.shape[0] % num_heads:
         raise ValueError(f"w's first axis ({w.shape[:1]}) must be num_heads * head_dim with num_heads={num_heads}")
     head_dim = w.shape[0] // num_heads
-    r = head_dim if rotary_dim is None else check_int(rotary_dim, "rotary_dim", minimum=2)
-    if r % 2 or r > head_dim:
-        raise ValueError(f"rotary_dim must be even and <= head_dim={head_dim}, got {r}")
+    r = head_dim if rotary_dim is None else check_even(rotary_dim, "rotary_dim", maximum=head_dim)
     # half row j takes interleaved row int_of_half[j]
     int_of_half = np.concatenate([np.arange(0, r, 2), np.arange(1, r, 2), np.arange(r, head_dim)])
     within = {("interleaved", "half"): int_of_half, ("half", "interleaved"): np.argsort(int_of_half)}.get(
@@ -386,6 +397,37 @@ def convert_layout(w, num_heads: int, *, src: str, dst: str, rotary_dim: int | N
 
 
 # --------------------------------------------------------------------------- xPos
+
+def _xpos_centre(centre, seq_len) -> float:
+    """The centre :math:`c` of a centre convention (see :func:`xpos_scale`), or a given number."""
+    if not isinstance(centre, str):
+        return check_real(centre, "centre")
+    if check_choice(centre, "centre", XPOS_CENTRES) == "none":
+        return 0.0
+    if seq_len is None:
+        raise ValueError(f"centre={centre!r} needs seq_len (the total length N shared by q and k)")
+    n_total = check_int(seq_len, "seq_len", minimum=1, maximum=2**53)
+    return float(-(-n_total // 2) if centre == "torchscale" else n_total // 2)
+
+
+def _xpos_scale(pos: np.ndarray, dim: int, sign: float, c: float, scale_base: float) -> np.ndarray:
+    r""":math:`\zeta_i^{\pm(p - c)/B}` for valid arguments (``sign`` +1 for queries, -1 for keys).
+
+    Raises ``ValueError`` when :math:`(p - c)/B` or the scale itself overflows float64.
+    """
+    zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        power = sign * (pos.astype(np.float64) - c) / scale_base
+    if not np.all(np.isfinite(power)):
+        raise ValueError(f"(positions - centre) / scale_base overflows float64 (centre {c}, scale_base {scale_base})")
+    # zeta_i < 1, so the largest scale is zeta_0 ** min(power): it overflows iff -min(power) ln(1/zeta_0) > ln(max)
+    worst = -float(np.min(power)) if power.size else 0.0
+    if worst * -np.log(zeta[0]) > np.log(np.finfo(np.float64).max):
+        raise ValueError(f"the xPos {'query' if sign > 0 else 'key'} scale overflows float64: |p - c| / scale_base "
+                         f"reaches {worst:.6g} (centre {c}, scale_base {scale_base}); centre the positions "
+                         "(centre='torchscale' or a number) or raise scale_base")
+    return zeta ** power[..., None]
+
 
 def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | None = None,
                scale_base: float = 512.0) -> np.ndarray:
@@ -410,38 +452,13 @@ def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | 
     -------
     ndarray, float64, shape ``positions.shape + (dim // 2,)``
     """
-    role = check_choice(role, "role", ("query", "key"))
-    dim = check_int(dim, "dim", minimum=2)
-    if dim % 2:
-        raise ValueError(f"dim must be even, got {dim}")
+    sign = 1.0 if check_choice(role, "role", ("query", "key")) == "query" else -1.0
+    dim = check_even(dim, "dim")
     scale_base = check_real(scale_base, "scale_base", positive=True)
-    if isinstance(centre, str):
-        centre = check_choice(centre, "centre", XPOS_CENTRES)
-        if centre == "none":
-            c = 0.0
-        else:
-            if seq_len is None:
-                raise ValueError(f"centre={centre!r} needs seq_len (the total length N shared by q and k)")
-            n_total = check_int(seq_len, "seq_len", minimum=1, maximum=2**53)
-            c = float(-(-n_total // 2) if centre == "torchscale" else n_total // 2)
-    else:
-        c = check_real(centre, "centre")
+    c = _xpos_centre(centre, seq_len)
     pos = as_positions(positions)
     check_alloc(pos.shape + (dim // 2,), np.float64, "xPos scale positions.shape + (dim // 2,)")
-    zeta = (np.arange(0, dim, 2, dtype=np.float64) + 0.4 * dim) / (1.4 * dim)
-    with np.errstate(over="ignore", invalid="ignore"):
-        power = (pos.astype(np.float64) - c) / scale_base
-    if not np.all(np.isfinite(power)):
-        raise ValueError(f"(positions - centre) / scale_base overflows float64 (centre {c}, scale_base {scale_base})")
-    if role == "key":
-        power = -power
-    # zeta_i < 1, so the largest scale is zeta_0 ** min(power): it overflows iff -min(power) ln(1/zeta_0) > ln(max)
-    worst = -float(np.min(power)) if power.size else 0.0
-    if worst * -np.log(zeta[0]) > np.log(np.finfo(np.float64).max):
-        raise ValueError(f"the xPos {role} scale overflows float64: |p - c| / scale_base reaches {worst:.6g} "
-                         f"(centre {c}, scale_base {scale_base}); centre the positions (centre='torchscale' or a "
-                         "number) or raise scale_base")
-    return zeta ** power[..., None]
+    return _xpos_scale(pos, dim, sign, c, scale_base)
 
 
 def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int | None = None,
@@ -452,11 +469,14 @@ def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int 
     equally scaled map). Rotation angles use the uncentred positions, as in torchscale.
     Parameters as in :func:`xpos_scale` and :func:`cos_sin`; ``dim = 2 * len(inv_freq)``.
     """
-    layout = check_choice(layout, "layout", LAYOUTS)
-    dtype = check_float_dtype(dtype)
-    freqs = _check_inv_freq(inv_freq)
+    freqs, _, layout, dtype = check_table_args(inv_freq, 1.0, layout, dtype)
     scale = xpos_scale(positions, 2 * freqs.size, role=role, centre=centre, seq_len=seq_len, scale_base=scale_base)
-    c, s = _exact.cos_sin(_exact.positions(positions), _exact.turn_constants(inv_freq))
+    return _xpos_tables(_exact.positions(positions), inv_freq, scale, layout, dtype)
+
+
+def _xpos_tables(pos, inv_freq, scale: np.ndarray, layout: str, dtype):
+    """The body of :func:`xpos_cos_sin`: exact cos/sin times the scale, laid out and cast."""
+    c, s = _exact.cos_sin(pos, _exact.turn_constants(inv_freq))
     return _tables(scale * c, scale * s, layout, dtype, "the xPos scale (positions, centre, scale_base)")
 
 
@@ -493,10 +513,7 @@ def axial_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout:
     -------
     cos, sin : ndarray, shape ``positions.shape[1:] + (2 * A * m,)``
     """
-    layout = check_choice(layout, "layout", LAYOUTS)
-    dtype = check_float_dtype(dtype)
-    freqs = _check_inv_freq(inv_freq)
-    factor = _check_attention_factor(attention_factor)
+    freqs, factor, layout, dtype = check_table_args(inv_freq, attention_factor, layout, dtype)
     axes = np.shape(positions)[0] if np.ndim(positions) else 0
     if axes < 1:
         raise ValueError(f"positions must have shape (axes, ...), got {np.shape(positions)}")
@@ -507,24 +524,16 @@ def axial_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout:
 
 def patch_positions(height: int, width: int) -> np.ndarray:
     """``(row, col)`` of each patch of a ``height x width`` grid in row-major order: shape ``(2, height*width)``."""
-    height = check_int(height, "height", minimum=1)
-    width = check_int(width, "width", minimum=1)
+    height, width = check_int(height, "height", minimum=1), check_int(width, "width", minimum=1)
     check_alloc((2, height, width), np.int64, "patch positions (2, height * width)")
     rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
     return np.stack([rows.reshape(-1), cols.reshape(-1)]).astype(np.int64)
 
 
-def _mrope_streams(section, n: int, variant: str) -> np.ndarray:
+def _mrope_streams(section: list, n: int, variant: str) -> np.ndarray:
     """Which of the 3 position streams (t, h, w) drives each of the ``n`` frequencies."""
-    if not isinstance(section, (list, tuple, np.ndarray)) or len(section) == 0:
-        raise TypeError(f"mrope_section must be a non-empty list of ints, got {section!r}")
-    section = [check_int(v, "mrope_section entry", minimum=0) for v in section]
-    if sum(section) != n:
-        raise ValueError(f"mrope_section {section} must sum to len(inv_freq) = {n}")
     if variant == "qwen2-vl":  # contiguous chunks; chunk k follows stream k % 3 (HF: m[i % 3])
         return np.repeat(np.arange(len(section)) % 3, section)
-    if len(section) != 3:
-        raise ValueError(f"variant 'qwen3-vl' needs 3 sections (t, h, w), got {section}")
     j = np.arange(n)
     out = np.zeros(n, dtype=np.int64)  # interleaved t, h, w, t, h, w, ...; t fills the rest
     for stream in (1, 2):
@@ -554,14 +563,11 @@ def mrope_cos_sin(positions, inv_freq, mrope_section, *, variant: str = "qwen2-v
     -------
     cos, sin : ndarray, shape ``positions.shape[1:] + (2 * len(inv_freq),)``
     """
-    layout = check_choice(layout, "layout", LAYOUTS)
+    freqs, factor, layout, dtype = check_table_args(inv_freq, attention_factor, layout, dtype)
     variant = check_choice(variant, "variant", MROPE_VARIANTS)
-    dtype = check_float_dtype(dtype)
-    freqs = _check_inv_freq(inv_freq)
-    factor = _check_attention_factor(attention_factor)
     if np.ndim(positions) < 2 or np.shape(positions)[0] != 3:
         raise ValueError(f"positions must have shape (3, ..., L) (temporal, height, width), got {np.shape(positions)}")
-    stream = _mrope_streams(mrope_section, freqs.size, variant)
+    stream = _mrope_streams(check_mrope_section(mrope_section, freqs.size, variant), freqs.size, variant)
     return _tables(*_stream_cos_sin(positions, _exact.turn_constants(inv_freq), stream, "positions", factor),
                    layout, dtype)
 
@@ -583,10 +589,9 @@ def long_term_decay(distances, inv_freq) -> np.ndarray:
     -------
     ndarray, float64, shape ``distances.shape``
     """
-    freqs = _check_inv_freq(inv_freq)
+    freqs = check_inv_freq(inv_freq)
     r = as_positions(distances, "distances").astype(np.float64)
     check_alloc(r.shape + freqs.shape, np.complex128, "partial sums distances.shape + (len(inv_freq),)")
     check_angles(r, freqs, "distances * inv_freq")
     partial_sums = np.cumsum(np.exp(1j * r[..., None] * freqs), axis=-1)
     return np.abs(partial_sums).mean(axis=-1)
-

@@ -20,6 +20,8 @@ the formula, and :func:`posenc_np.rope.cos_sin` reads the unrounded values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,8 +31,10 @@ from .absolute import sinusoidal_frequencies
 
 __all__ = [
     "ROPE_TYPES",
+    "Scaling",
     "inv_freq",
     "llama3_bands",
+    "parse_scaling",
     "yarn_correction_dim",
     "yarn_correction_range",
     "yarn_get_mscale",
@@ -54,26 +58,16 @@ DEFAULT_BASE = _DefaultBase(10000.0)
 #: accepted: positions past 2^53 are not exact in the float64 angles.
 MAX_LENGTH = 2**53
 
-# Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
-# posenc_np.rope.mrope_cos_sin, not here.
+#: Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
+#: posenc_np.rope.mrope_cos_sin, not here; "partial_rotary_factor" by :func:`_resolve_dim_base`.
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-_TYPE_KEYS = {
-    "default": set(),
-    "mrope": set(),  # Qwen2-VL's legacy {"type": "mrope"}: default frequencies
-    "linear": {"factor"},
-    "ntk": {"alpha"},
-    "dynamic": {"factor"},
-    "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-             "mscale", "mscale_all_dim", "truncate"},
-    "longrope": {"short_factor", "long_factor", "factor", "original_max_position_embeddings", "attention_factor"},
-    "llama3": {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
-    "proportional": {"factor"},
-}
-#: Every accepted ``rope_type`` (``"ntk"`` is ours, not a Hugging Face type).
-ROPE_TYPES = tuple(sorted(_TYPE_KEYS))
 
 
-# --------------------------------------------------------------------------- dict reading
+# --------------------------------------------------------------------------- reading a dict's keys
+#
+# Each entry names its keys with one of these readers, ``reader(params, key, ctx) -> value``:
+# ctx holds ``rope_type``, ``dim``, ``max_pos`` and the values read so far (a key may default
+# to another: yarn's ``factor`` to ``max_position_embeddings / L0``).
 
 def _require(params: dict, key: str, rope_type: str):
     if params.get(key) is None:
@@ -86,38 +80,134 @@ def _factor(params: dict, key: str, rope_type: str, *, default=None):
     """A finite real scaling parameter ``> 0`` (``default`` when absent or None)."""
     value = params.get(key)
     if value is None:
-        if default is None:
-            _require(params, key, rope_type)
-        return default
+        return _require(params, key, rope_type) if default is None else default
     value = check_real(value, f"scaling[{key!r}]")
     if not value > 0:
         raise ValueError(f"scaling[{key!r}] must be > 0 for rope_type {rope_type!r}, got {value}")
     return value
 
 
-def _original_max(params: dict, rope_type: str, max_position_embeddings):
-    """``L0``: the dict's ``original_max_position_embeddings``, else ``max_position_embeddings``.
+def _positive(default=None):
+    """Reader: a real ``> 0``; required when ``default`` is None."""
+    return lambda params, key, ctx: _factor(params, key, ctx["rope_type"], default=default)
+
+
+def _optional_positive(params, key, ctx):
+    """Reader: a real ``> 0`` or None when absent."""
+    return None if params.get(key) is None else _factor(params, key, ctx["rope_type"])
+
+
+def _nonnegative(params, key, ctx):
+    """Reader: a real ``>= 0``, 0 when absent (Hugging Face tests the mscales for truthiness)."""
+    return 0.0 if params.get(key) is None else check_real(params[key], f"scaling[{key!r}]", nonnegative=True)
+
+
+def _flag(default: bool):
+    """Reader: a bool."""
+    return lambda params, key, ctx: check_bool(params.get(key, default), f"scaling[{key!r}]")
+
+
+def _original_max(params, key, ctx):
+    """Reader of ``L0``: the dict's ``original_max_position_embeddings``, else ``max_position_embeddings``.
 
     Hugging Face's ``standardize_rope_params`` fills the key from ``max_position_embeddings``
     the same way for yarn/longrope/llama3.
     """
-    value = params.get("original_max_position_embeddings")
+    value = params.get(key)
     if value is None:
-        value = max_position_embeddings
+        value = ctx["max_pos"]
     if value is None:
-        raise ValueError(f"rope_type {rope_type!r} needs scaling['original_max_position_embeddings'] "
+        raise ValueError(f"rope_type {ctx['rope_type']!r} needs scaling['original_max_position_embeddings'] "
                          "or the max_position_embeddings argument")
     return check_int(value, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
 
 
-def _implied_factor(params, rope_type, L0, max_position_embeddings):
-    """``factor`` if given, else ``max_position_embeddings / L0`` (yarn, longrope)."""
-    if params.get("factor") is not None:
-        return _factor(params, "factor", rope_type)
-    if max_position_embeddings is None:
-        raise ValueError(f"rope_type {rope_type!r} needs scaling['factor'] or the max_position_embeddings "
+def _implied_factor(params, key, ctx):
+    """Reader: ``factor`` if given, else ``max_position_embeddings / L0`` (yarn, longrope)."""
+    if params.get(key) is not None:
+        return _factor(params, key, ctx["rope_type"])
+    if ctx["max_pos"] is None:
+        raise ValueError(f"rope_type {ctx['rope_type']!r} needs scaling['factor'] or the max_position_embeddings "
                          "argument (factor defaults to max_position_embeddings / original_max_position_embeddings)")
-    return max_position_embeddings / L0
+    return ctx["max_pos"] / ctx["original_max_position_embeddings"]
+
+
+def _per_pair(params, key, ctx):
+    """Reader: ``dim // 2`` finite factors ``> 0`` (LongRoPE's lists), float64."""
+    arr = as_float_array(_require(params, key, ctx["rope_type"]), f"scaling[{key!r}]")
+    if arr.shape != (ctx["dim"] // 2,):
+        raise ValueError(f"scaling[{key!r}] must have length dim // 2 = {ctx['dim'] // 2}, got shape {arr.shape}")
+    if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
+        raise ValueError(f"scaling[{key!r}] must hold finite values > 0, got {arr.tolist()}")
+    return arr.astype(np.float64)
+
+
+def _fraction(params, key, ctx):
+    """Reader: a fraction in ``[0, 1]``, 1 when absent (``proportional``'s ``partial_rotary_factor``)."""
+    p = params.get(key, 1.0)
+    p = check_real(1.0 if p is None else p, f"scaling[{key!r}]", nonnegative=True)
+    if p > 1.0:
+        raise ValueError(f"scaling[{key!r}] must lie in [0, 1], got {p}")
+    return p
+
+
+def _ordered(fast: str, slow: str):
+    """Entry check: ``v[fast] >= v[slow]`` (YaRN's ramp runs from the fast to the slow rotation count)."""
+    return lambda v, rope_type: _check_betas(v[fast], v[slow], f"scaling[{fast!r}]", f"scaling[{slow!r}]")
+
+
+def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[float, float]:
+    beta_fast = check_real(beta_fast, fast_name, positive=True)
+    beta_slow = check_real(beta_slow, slow_name, positive=True)
+    if beta_fast < beta_slow:
+        raise ValueError(f"{fast_name} ({beta_fast}) must be >= {slow_name} ({beta_slow}): the YaRN ramp runs from "
+                         "the fast to the slow rotation count, and swapping them inverts it")
+    return beta_fast, beta_slow
+
+
+# --------------------------------------------------------------------------- the registry
+
+@dataclass(frozen=True)
+class ScalingType:
+    """One ``rope_type``: the keys it reads (key -> reader, in reading order), its formula
+    ``formula(dim, base, v, seq_len, max_pos) -> (inv_freq, attention_factor)`` (``v``: the
+    values read), an optional cross-key ``check(v, rope_type)``, and ``length_key(v, seq_len,
+    max_pos)``: what of the current length the result depends on (None: nothing), so that a
+    model computes each table once."""
+
+    name: str
+    keys: dict
+    formula: Callable
+    check: Callable | None = None
+    length_key: Callable | None = None
+
+
+_SCALINGS: dict[str, ScalingType] = {}
+
+
+def _entry(name: str, *, check=None, length_key=None, **keys):
+    """Register the decorated formula as rope_type ``name`` reading ``keys``."""
+    def register(formula):
+        _SCALINGS[name] = ScalingType(name, keys, formula, check, length_key)
+        return formula
+    return register
+
+
+# --------------------------------------------------------------------------- one entry per type
+
+@_entry("default")
+def _default(dim, base, v, seq_len, max_pos):
+    r""":math:`\omega_i = \mathrm{base}^{-2i/d}`, attention factor 1 (Su et al. 2021, eq. 15)."""
+    return _exact.omega(dim, base), 1.0
+
+
+_SCALINGS["mrope"] = ScalingType("mrope", {}, _default)  # Qwen2-VL's legacy {"type": "mrope"}: default frequencies
+
+
+@_entry("linear", factor=_positive())
+def _linear(dim, base, v, seq_len, max_pos):
+    r"""Position interpolation (kaiokendev; Chen et al. 2023): :math:`\omega_i / s`."""
+    return _exact.omega(dim, base) / v["factor"], 1.0
 
 
 def _ntk_exponent(dim: int, rope_type: str) -> float:
@@ -126,7 +216,7 @@ def _ntk_exponent(dim: int, rope_type: str) -> float:
     return _exact.mp().mpf(dim) / (dim - 2)
 
 
-def _scaled_base(base: float, ratio: float, dim: int, rope_type: str, key: str) -> float:
+def _scaled_base(base, ratio, dim: int, rope_type: str, key: str):
     """``base * ratio**(d/(d-2))`` (the NTK rescaled base), or ``ValueError`` naming ``key`` when it
     is not a finite float64."""
     try:
@@ -139,37 +229,173 @@ def _scaled_base(base: float, ratio: float, dim: int, rope_type: str, key: str) 
     return new_base
 
 
-# --------------------------------------------------------------------------- one function per type
-
-def _default(dim, base, params, seq_len, max_pos):
-    """:math:`\\omega_i = \\mathrm{base}^{-2i/d}`, attention factor 1."""
-    return _exact.omega(dim, base), 1.0
-
-
-def _linear(dim, base, params, seq_len, max_pos):
-    """Position interpolation (kaiokendev; Chen et al. 2023): :math:`\\omega_i / s`."""
-    s = _factor(params, "factor", "linear")
-    return _exact.omega(dim, base) / s, 1.0
+@_entry("ntk", alpha=_positive())
+def _ntk(dim, base, v, seq_len, max_pos):
+    r"""Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
+    ``theta_rescale_factor``; *not* a Hugging Face type):
+    :math:`\mathrm{base}' = \mathrm{base}\,\alpha^{d/(d-2)}`."""
+    return _exact.omega(dim, _scaled_base(base, v["alpha"], dim, "ntk", "scaling['alpha']")), 1.0
 
 
-def _ntk(dim, base, params, seq_len, max_pos):
-    """Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
-    ``theta_rescale_factor``): :math:`\\mathrm{base}' = \\mathrm{base}\\,\\alpha^{d/(d-2)}`."""
-    alpha = _factor(params, "alpha", "ntk")
-    return _exact.omega(dim, _scaled_base(base, alpha, dim, "ntk", "scaling['alpha']")), 1.0
+def _dynamic_length(v, seq_len, max_pos):
+    return max_pos if seq_len is None else max(seq_len, max_pos)
 
 
-def _dynamic(dim, base, params, seq_len, max_pos):
-    """Dynamic NTK (emozilla): with :math:`L = \\max(\\text{seq\\_len}, L_{max})`,
-    :math:`\\mathrm{base}' = \\mathrm{base}\\,(sL/L_{max} - (s-1))^{d/(d-2)}`."""
-    s = _factor(params, "factor", "dynamic")
-    if max_pos is None:
-        raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
-    L = max_pos if seq_len is None else max(seq_len, max_pos)
-    s = _exact.mp().mpf(s)
-    new_base = base * (s * L / max_pos - (s - 1)) ** _ntk_exponent(dim, "dynamic")
+@_entry("dynamic", factor=_positive(), length_key=_dynamic_length)
+def _dynamic(dim, base, v, seq_len, max_pos):
+    r"""Dynamic NTK (emozilla; Hugging Face ``_compute_dynamic_ntk_parameters``): with
+    :math:`L = \max(\text{seq\_len}, L_{max})` (:math:`L_{max}` = ``max_position_embeddings``),
+
+    .. math:: \mathrm{base}' = \mathrm{base}\,\big(sL/L_{max} - (s-1)\big)^{d/(d-2)}.
+
+    At :math:`L \le L_{max}` this is the default. A KV cache built before the base changed was
+    rotated with the old frequencies (:func:`posenc_np.rope.rerotate`).
+    """
+    s = _exact.mp().mpf(v["factor"])
+    L = _dynamic_length(v, seq_len, max_pos)
+    new_base = base * (s * L / max_pos - (s - 1)) ** _ntk_exponent(dim, "dynamic")  # extended precision: no overflow
     return _exact.omega(dim, new_base), 1.0
 
+
+def _correction_dim(r, dim, base, L0):
+    r""":math:`c(r) = d\,\ln(L_0/(2\pi r)) / (2 \ln \mathrm{base})` in extended precision."""
+    ctx = _exact.mp()
+    return dim * ctx.log(L0 / (2 * ctx.pi * r)) / (2 * ctx.log(base))
+
+
+def _correction_range(dim, base, L0, beta_fast, beta_slow, truncate):
+    """``(low, high)``: :math:`c(\\beta_{fast})`, :math:`c(\\beta_{slow})`, floored/ceiled when
+    ``truncate`` (ints), clamped to ``[0, dim - 1]``."""
+    ctx = _exact.mp()
+    low = _correction_dim(beta_fast, dim, base, L0)
+    high = _correction_dim(beta_slow, dim, base, L0)
+    if truncate:
+        low, high = int(ctx.floor(low)), int(ctx.ceil(high))
+    return max(low, 0), min(high, dim - 1)
+
+
+def _mscale(scale, mscale=1.0):
+    r""":math:`g(s, m) = 1` if :math:`s \le 1`, else :math:`0.1\,m \ln s + 1` (extended precision)."""
+    ctx = _exact.mp()
+    return ctx.mpf(1) if scale <= 1.0 else ctx.mpf("0.1") * mscale * ctx.log(scale) + 1
+
+
+@_entry("yarn", original_max_position_embeddings=_original_max, factor=_implied_factor,
+        beta_fast=_positive(32.0), beta_slow=_positive(1.0), truncate=_flag(True), mscale=_nonnegative,
+        mscale_all_dim=_nonnegative, attention_factor=_optional_positive, check=_ordered("beta_fast", "beta_slow"))
+def _yarn(dim, base, v, seq_len, max_pos):
+    r"""YaRN "NTK-by-parts" (Peng et al. 2023, arXiv:2309.00071), Hugging Face 5.x semantics.
+
+    With :math:`L_0` = ``original_max_position_embeddings``, :math:`s` = ``factor`` (default
+    :math:`L_{max}/L_0`) and :math:`c(r) = d \ln(L_0/(2\pi r)) / (2 \ln \mathrm{base})`
+    (:func:`yarn_correction_dim`):
+
+    .. math::
+
+        low = \max(\lfloor c(\beta_{fast}) \rfloor, 0), \quad
+        high = \min(\lceil c(\beta_{slow}) \rceil, d - 1) \quad
+        (\text{no floor/ceil when } truncate = \text{False};\ high \mathrel{+}= 0.001 \text{ if equal}),
+
+        r_j = \mathrm{clip}\Big(\frac{j - low}{high - low}, 0, 1\Big), \qquad
+        \omega'_j = \frac{\omega_j}{s}\,r_j + \omega_j\,(1 - r_j),
+
+    defaults :math:`\beta_{fast} = 32`, :math:`\beta_{slow} = 1`. Attention factor: the explicit
+    ``attention_factor``, else :math:`g(s, m)/g(s, m_{all})` when ``mscale`` and
+    ``mscale_all_dim`` are both non-zero, else :math:`g(s)` (:func:`yarn_get_mscale`).
+    """
+    s = v["factor"]
+    attention_factor = v["attention_factor"]
+    if attention_factor is None:
+        m, m_all = v["mscale"], v["mscale_all_dim"]
+        attention_factor = _mscale(s, m) / _mscale(s, m_all) if m and m_all else _mscale(s)
+    low, high = _correction_range(dim, base, v["original_max_position_embeddings"], v["beta_fast"], v["beta_slow"],
+                                  v["truncate"])
+    if low == high:
+        high += _exact.mp().mpf("0.001")  # HF: prevent a zero-width ramp
+    ramp = np.clip((np.arange(dim // 2) - low) / _exact.mp().mpf(high - low), 0, 1)
+    extrapolation = 1 - ramp  # 1: keep the original frequency (high freqs), 0: interpolate by 1/s
+    inv = _exact.omega(dim, base)
+    return (inv / s) * (1.0 - extrapolation) + inv * extrapolation, float(attention_factor)
+
+
+def _longrope_check(v, rope_type):
+    if v["attention_factor"] is None and v["factor"] > 1.0 and v["original_max_position_embeddings"] < 2:
+        raise ValueError("rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined "
+                         f"for original_max_position_embeddings L0 = {v['original_max_position_embeddings']}; give "
+                         "L0 >= 2 or scaling['attention_factor']")
+
+
+def _longrope_length(v, seq_len, max_pos):
+    return seq_len is not None and seq_len > v["original_max_position_embeddings"]
+
+
+@_entry("longrope", original_max_position_embeddings=_original_max, factor=_implied_factor,
+        short_factor=_per_pair, long_factor=_per_pair, attention_factor=_optional_positive,
+        check=_longrope_check, length_key=_longrope_length)
+def _longrope(dim, base, v, seq_len, max_pos):
+    r"""LongRoPE (Ding et al. 2024; Phi-3): per-frequency rescale factors chosen by length.
+
+    .. math:: \omega'_i = \frac{1}{e_i\,\mathrm{base}^{2i/d}}, \qquad
+        e = \begin{cases}\text{long\_factor} & \text{seq\_len} > L_0 \\
+                         \text{short\_factor} & \text{otherwise (exactly } L_0 \text{, and no seq\_len)}\end{cases}
+
+    Attention factor: the explicit value, else :math:`\sqrt{1 + \ln s / \ln L_0}` for
+    :math:`s > 1` (1 otherwise), :math:`s` = ``factor`` or :math:`L_{max}/L_0`.
+    """
+    s, L0 = v["factor"], v["original_max_position_embeddings"]
+    attention_factor = v["attention_factor"]
+    if attention_factor is None:
+        ctx = _exact.mp()
+        attention_factor = 1.0 if s <= 1.0 else ctx.sqrt(1 + ctx.log(s) / ctx.log(L0))
+    factors = v["long_factor"] if _longrope_length(v, seq_len, max_pos) else v["short_factor"]
+    return _exact.omega(dim, base) / factors, float(attention_factor)
+
+
+def _llama3_check(v, rope_type):
+    if not v["high_freq_factor"] > v["low_freq_factor"]:
+        raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor, got {v['high_freq_factor']} <= "
+                         f"{v['low_freq_factor']}")
+
+
+@_entry("llama3", factor=_positive(), low_freq_factor=_positive(), high_freq_factor=_positive(),
+        original_max_position_embeddings=_original_max, check=_llama3_check)
+def _llama3(dim, base, v, seq_len, max_pos):
+    r"""LLaMA-3.1 band-wise interpolation (Meta ``apply_scaling``). With wavelength
+    :math:`\lambda_i = 2\pi/\omega_i`, :math:`l` = ``low_freq_factor``, :math:`h` = ``high_freq_factor``:
+
+    .. math::
+
+        \omega'_i = \begin{cases} \omega_i & \lambda_i < L_0/h \ \text{(kept)} \\
+            \omega_i / s & \lambda_i > L_0/l \ \text{(divided)} \\
+            (1 - \sigma_i)\,\omega_i/s + \sigma_i\,\omega_i & \text{otherwise (blended)},
+            \quad \sigma_i = \dfrac{L_0/\lambda_i - l}{h - l} \end{cases}
+
+    LLaMA-3.1 (d = 128, base 5e5, :math:`L_0` = 8192, s = 8, l = 1, h = 4): 29 kept, 6 blended,
+    29 divided (:func:`llama3_bands`).
+    """
+    s, low, high, L0 = v["factor"], v["low_freq_factor"], v["high_freq_factor"], v["original_max_position_embeddings"]
+    inv = _exact.omega(dim, base)
+    wavelen = 2 * _exact.mp().pi / inv
+    smooth = (L0 / wavelen - low) / (high - low)
+    blended = (1.0 - smooth) * inv / s + smooth * inv
+    return np.where(wavelen > L0 / low, inv / s, np.where(wavelen < L0 / high, inv, blended)), 1.0
+
+
+@_entry("proportional", partial_rotary_factor=_fraction, factor=_positive(1.0))
+def _proportional(dim, base, v, seq_len, max_pos):
+    r"""Hugging Face 5.x "proportional": ``dim`` is the *head* dim :math:`d`; with :math:`p` =
+    ``partial_rotary_factor`` (default 1) and :math:`s` = ``factor`` (default 1),
+    :math:`\omega'_i = \mathrm{base}^{-2i/d}/s` for :math:`i < \lfloor p d / 2 \rfloor` and 0 after
+    (the zero pairs are not rotated; use the ``half`` layout over the whole head)."""
+    rotated = int(v["partial_rotary_factor"] * dim // 2)
+    return np.where(np.arange(dim // 2) < rotated, _exact.omega(dim, base), 0) / v["factor"], 1.0
+
+
+#: Every accepted ``rope_type`` (``"ntk"`` is ours, not a Hugging Face type).
+ROPE_TYPES = tuple(sorted(_SCALINGS))
+
+
+# --------------------------------------------------------------------------- the YaRN and LLaMA-3 helpers
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     r"""YaRN's attention temperature :math:`g(s, m) = 1` if :math:`s \le 1`, else :math:`0.1\,m \ln s + 1`.
@@ -182,11 +408,6 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     if not math.isfinite(g):
         raise ValueError(f"0.1 * mscale * ln(scale) + 1 overflows float64 for mscale={mscale}, scale={scale}")
     return g
-
-
-def _mscale(scale, mscale=1.0):
-    ctx = _exact.mp()
-    return ctx.mpf(1) if scale <= 1.0 else ctx.mpf("0.1") * mscale * ctx.log(scale) + 1
 
 
 def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_max_position_embeddings: int) -> float:
@@ -202,11 +423,6 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
     dim, base = _check_dim_base(dim, base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
     return float(_correction_dim(r, dim, base, L0))
-
-
-def _correction_dim(r, dim, base, L0):
-    ctx = _exact.mp()
-    return dim * ctx.log(L0 / (2 * ctx.pi * r)) / (2 * ctx.log(base))
 
 
 def yarn_correction_range(dim: int, base: float, original_max_position_embeddings: int, *,
@@ -228,82 +444,6 @@ def yarn_correction_range(dim: int, base: float, original_max_position_embedding
     return (low, high) if truncate else (float(low), float(high))
 
 
-def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[float, float]:
-    beta_fast = check_real(beta_fast, fast_name, positive=True)
-    beta_slow = check_real(beta_slow, slow_name, positive=True)
-    if beta_fast < beta_slow:
-        raise ValueError(f"{fast_name} ({beta_fast}) must be >= {slow_name} ({beta_slow}): the YaRN ramp runs from "
-                         "the fast to the slow rotation count, and swapping them inverts it")
-    return beta_fast, beta_slow
-
-
-def _correction_range(dim, base, L0, beta_fast, beta_slow, truncate):
-    """:func:`yarn_correction_range` in extended precision (ints when truncated), arguments checked."""
-    ctx = _exact.mp()
-    low = _correction_dim(beta_fast, dim, base, L0)
-    high = _correction_dim(beta_slow, dim, base, L0)
-    if truncate:
-        low, high = int(ctx.floor(low)), int(ctx.ceil(high))
-    return max(low, 0), min(high, dim - 1)
-
-
-def _yarn(dim, base, params, seq_len, max_pos):
-    """YaRN "NTK-by-parts" (Peng et al. 2023), Hugging Face 5.x semantics; see :func:`inv_freq`."""
-    L0 = _original_max(params, "yarn", max_pos)
-    s = _implied_factor(params, "yarn", L0, max_pos)
-    beta_fast, beta_slow = _check_betas(_factor(params, "beta_fast", "yarn", default=32.0),
-                                        _factor(params, "beta_slow", "yarn", default=1.0),
-                                        "scaling['beta_fast']", "scaling['beta_slow']")
-    truncate = check_bool(params.get("truncate", True), "scaling['truncate']")
-    attention_factor = params.get("attention_factor")
-    if attention_factor is not None:
-        attention_factor = _factor(params, "attention_factor", "yarn")
-    else:
-        mscale, mscale_all_dim = (
-            0.0 if params.get(k) is None else check_real(params[k], f"scaling[{k!r}]", nonnegative=True)
-            for k in ("mscale", "mscale_all_dim"))
-        if mscale and mscale_all_dim:  # HF tests truthiness: a 0 counts as absent
-            attention_factor = _mscale(s, mscale) / _mscale(s, mscale_all_dim)
-        else:
-            attention_factor = _mscale(s)
-    low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
-    if low == high:
-        high += _exact.mp().mpf("0.001")  # HF: prevent a zero-width ramp
-    ramp = np.clip((np.arange(dim // 2) - low) / _exact.mp().mpf(high - low), 0, 1)
-    extrapolation = 1 - ramp  # 1: keep the original frequency (high freqs), 0: interpolate by 1/s
-    inv = _exact.omega(dim, base)
-    return (inv / s) * (1.0 - extrapolation) + inv * extrapolation, float(attention_factor)
-
-
-def _longrope(dim, base, params, seq_len, max_pos):
-    """LongRoPE (Ding et al. 2024; Phi-3): per-frequency rescale factors chosen by length."""
-    L0 = _original_max(params, "longrope", max_pos)
-    s = _implied_factor(params, "longrope", L0, max_pos)
-    ext = {}
-    for key in ("short_factor", "long_factor"):
-        arr = as_float_array(_require(params, key, "longrope"), f"scaling[{key!r}]")
-        if arr.shape != (dim // 2,):
-            raise ValueError(f"scaling[{key!r}] must have length dim // 2 = {dim // 2}, got shape {arr.shape}")
-        if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-            raise ValueError(f"scaling[{key!r}] must hold finite values > 0, got {arr.tolist()}")
-        ext[key] = arr.astype(np.float64)
-    attention_factor = params.get("attention_factor")
-    if attention_factor is not None:
-        attention_factor = _factor(params, "attention_factor", "longrope")
-    elif s <= 1.0:
-        attention_factor = 1.0
-    else:
-        if L0 < 2:
-            raise ValueError("rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined "
-                             f"for original_max_position_embeddings L0 = {L0}; give L0 >= 2 or "
-                             "scaling['attention_factor']")
-        ctx = _exact.mp()
-        attention_factor = ctx.sqrt(1 + ctx.log(s) / ctx.log(L0))
-    # exactly L0 uses the short factors (HF: "seq_len > original_max_position_embeddings")
-    factors = ext["long_factor"] if seq_len is not None and seq_len > L0 else ext["short_factor"]
-    return _exact.omega(dim, base) / factors, float(attention_factor)
-
-
 def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
     r"""Which LLaMA-3.1 band each frequency falls in: 0 kept, 1 blended, 2 divided by ``factor``.
 
@@ -311,54 +451,16 @@ def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
     divided if :math:`\lambda_i > L_0/l`, blended otherwise (boundaries blend, as in HF).
     LLaMA-3.1 (d=128, base 5e5, :math:`L_0` 8192, l=1, h=4): 29 kept, 6 blended, 29 divided.
     """
-    rope_type, params = _normalise(scaling)
-    dim, base = _resolve_dim_base(dim, base, params, rope_type)
-    check_alloc((dim // 2,), np.float64, "bands (dim // 2,)")
-    low, high, L0 = _llama3_params(params, None)
-    wavelen = 2.0 * math.pi / sinusoidal_frequencies(dim, base=base)
+    sc = parse_scaling(dim, base=base, scaling=scaling)
+    if sc.rope_type != "llama3":
+        raise ValueError(f"llama3_bands needs a scaling with rope_type 'llama3', got {sc.rope_type!r}")
+    v = sc.values
+    low, high, L0 = v["low_freq_factor"], v["high_freq_factor"], v["original_max_position_embeddings"]
+    wavelen = 2.0 * math.pi / sinusoidal_frequencies(sc.dim, base=sc.base)
     return np.where(wavelen < L0 / high, 0, np.where(wavelen > L0 / low, 2, 1)).astype(np.int64)
 
 
-def _llama3_params(params, max_pos):
-    low = _factor(params, "low_freq_factor", "llama3")
-    high = _factor(params, "high_freq_factor", "llama3")
-    if not high > low:
-        raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor, got {high} <= {low}")
-    return low, high, _original_max(params, "llama3", max_pos)
-
-
-def _llama3(dim, base, params, seq_len, max_pos):
-    """LLaMA-3.1 band-wise interpolation (Meta ``apply_scaling``); see :func:`llama3_bands`."""
-    s = _factor(params, "factor", "llama3")
-    low, high, L0 = _llama3_params(params, max_pos)
-    inv = _exact.omega(dim, base)
-    wavelen = 2 * _exact.mp().pi / inv
-    smooth = (L0 / wavelen - low) / (high - low)
-    blended = (1.0 - smooth) * inv / s + smooth * inv
-    out = np.where(wavelen > L0 / low, inv / s, np.where(wavelen < L0 / high, inv, blended))
-    return out, 1.0
-
-
-def _proportional(dim, base, params, seq_len, max_pos):
-    """HF 5.x "proportional": the first ``int(p*head_dim // 2)`` of ``base^(-2i/head_dim)``, then zeros;
-    everything divided by ``factor`` (default 1). Here ``dim`` is the head dim."""
-    p = params.get("partial_rotary_factor", 1.0)
-    p = check_real(1.0 if p is None else p, "scaling['partial_rotary_factor']", nonnegative=True)
-    if p > 1.0:
-        raise ValueError(f"scaling['partial_rotary_factor'] must lie in [0, 1], got {p}")
-    s = _factor(params, "factor", "proportional", default=1.0)
-    rotated = int(p * dim // 2)
-    out = np.where(np.arange(dim // 2) < rotated, _exact.omega(dim, base), 0)
-    return out / s, 1.0
-
-
-_SCALINGS = {
-    "default": _default, "mrope": _default, "linear": _linear, "ntk": _ntk, "dynamic": _dynamic,
-    "yarn": _yarn, "longrope": _longrope, "llama3": _llama3, "proportional": _proportional,
-}
-
-
-# --------------------------------------------------------------------------- public entry point
+# --------------------------------------------------------------------------- the door: a dict, parsed once
 
 def _check_dim_base(dim, base):
     dim = check_int(dim, "dim", minimum=2)
@@ -386,10 +488,11 @@ def _normalise(scaling) -> tuple[str, dict]:
     rope_type = new if new is not None else (old if old is not None else "default")
     if rope_type not in _SCALINGS:
         raise ValueError(f"unknown rope_type {rope_type!r}; expected one of {list(ROPE_TYPES)}")
-    unknown = set(scaling) - _COMMON_KEYS - _TYPE_KEYS[rope_type]
+    allowed = _COMMON_KEYS | set(_SCALINGS[rope_type].keys)
+    unknown = set(scaling) - allowed
     if unknown:
         raise ValueError(f"scaling has keys {sorted(unknown)} that rope_type {rope_type!r} does not use; "
-                         f"allowed: {sorted(_COMMON_KEYS | _TYPE_KEYS[rope_type])}")
+                         f"allowed: {sorted(allowed)}")
     return rope_type, dict(scaling)
 
 
@@ -412,8 +515,58 @@ def _resolve_dim_base(dim, base, params: dict, rope_type: str) -> tuple[int, flo
         if dim < 2 or dim % 2:
             raise ValueError(f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {dim} "
                              "must be even and >= 2")
-    dim, base = _check_dim_base(dim, float(base))
-    return dim, base
+    return _check_dim_base(dim, float(base))
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A checked scaling: the ``rope_type``, rotary ``dim``, ``base``, the ``values`` its keys were
+    read as, and ``max_position_embeddings``. :meth:`frequencies` evaluates the entry's formula
+    with no further checks; a model parses its dict once and calls it per length."""
+
+    rope_type: str
+    dim: int
+    base: float
+    values: dict
+    max_position_embeddings: int | None
+
+    def frequencies(self, seq_len: int | None = None):
+        """``(inv_freq, attention_factor)`` for a length ``seq_len`` (an int in ``[1, 2**53]`` or None)."""
+        entry = _SCALINGS[self.rope_type]
+        inv, attention_factor = entry.formula(self.dim, self.base, self.values, seq_len, self.max_position_embeddings)
+        attention_factor = float(attention_factor)
+        if not math.isfinite(attention_factor):
+            raise ValueError(f"scaling {self.rope_type!r} gives an attention factor that overflows float64 (check its "
+                             "mscale and factor values)")
+        return _exact.frequency_array(inv), attention_factor
+
+    def length_key(self, seq_len: int | None):
+        """What :meth:`frequencies` depends on of ``seq_len``: equal keys give equal frequencies."""
+        key = _SCALINGS[self.rope_type].length_key
+        return None if key is None else key(self.values, seq_len, self.max_position_embeddings)
+
+
+def parse_scaling(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None,
+                  max_position_embeddings: int | None = None) -> Scaling:
+    """Check a Hugging Face rope dict once and read its keys: a :class:`Scaling` (see :func:`inv_freq`)."""
+    rope_type, params = _normalise(scaling)
+    dim, base = _resolve_dim_base(dim, base, params, rope_type)
+    check_alloc((dim // 2,), np.float64, "inv_freq (dim // 2,)")
+    if max_position_embeddings is not None:
+        max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1,
+                                            maximum=MAX_LENGTH)
+    entry = _SCALINGS[rope_type]
+    if rope_type == "dynamic" and max_position_embeddings is None:
+        raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
+    if rope_type in ("ntk", "dynamic"):
+        _ntk_exponent(dim, rope_type)
+    ctx = {"rope_type": rope_type, "dim": dim, "max_pos": max_position_embeddings}
+    values = {}
+    for key, read in entry.keys.items():
+        values[key] = ctx[key] = read(params, key, ctx)
+    if entry.check is not None:
+        entry.check(values, rope_type)
+    return Scaling(rope_type, dim, base, values, max_position_embeddings)
 
 
 def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None, seq_len: int | None = None,
@@ -423,41 +576,35 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     Unscaled: :math:`\omega_i = \mathrm{base}^{-2i/d}`, :math:`i = 0 \dots d/2 - 1`
     (Su et al. 2021, "RoFormer", eq. 15). ``scaling`` is a Hugging Face ``rope_parameters``
     (5.x) or ``rope_scaling`` (4.x) dict, accepted verbatim; its ``rope_type`` (or legacy
-    ``type``) selects:
+    ``type``) selects one entry of the registry in :mod:`posenc_np.rope_scaling`, each a
+    function with its formula in its docstring (and the table "Scaling types" of
+    ``docs/rope.md``):
 
     ``default`` / ``mrope``
         :math:`\omega_i`; attention factor 1.
-    ``linear`` (``factor`` s)
-        :math:`\omega_i / s`.
+    ``linear`` (``factor``)
+        position interpolation, :math:`\omega_i / s`.
     ``ntk`` (``alpha``; static NTK-aware, *not a Hugging Face type*)
         base :math:`\to \mathrm{base}\,\alpha^{d/(d-2)}`.
-    ``dynamic`` (``factor``; needs ``max_position_embeddings`` :math:`L_{max}`)
-        with :math:`L = \max(\text{seq\_len}, L_{max})`:
-        base :math:`\to \mathrm{base}\,(sL/L_{max} - (s-1))^{d/(d-2)}`.
-    ``yarn`` (``factor``, ``original_max_position_embeddings`` :math:`L_0`, optional ...)
-        optional keys ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``,
-        ``mscale_all_dim``, ``attention_factor``; ramp bounds from :func:`yarn_correction_range`; if equal, ``high += 0.001``;
-        :math:`r_j = \mathrm{clip}((j - low)/(high - low), 0, 1)`;
-        :math:`\omega'_j = (\omega_j/s)\,r_j + \omega_j\,(1 - r_j)`. Attention factor: the explicit
-        value, else :math:`g(s, m)/g(s, m_{all})` when both mscales are non-zero, else
-        :math:`g(s)` (:func:`yarn_get_mscale`). ``factor`` defaults to :math:`L_{max}/L_0`.
-    ``longrope`` (``short_factor``, ``long_factor``, :math:`L_0`, optional ``factor``, ``attention_factor``)
-        :math:`\omega_i / e_i` with :math:`e` = ``long_factor`` if ``seq_len > L0`` else
-        ``short_factor`` (exactly :math:`L_0`, and ``seq_len=None``, use short); attention factor
-        :math:`\sqrt{1 + \ln s / \ln L_0}` for :math:`s > 1`, with :math:`s = L_{max}/L_0` when
-        ``factor`` is absent.
-    ``llama3`` (``factor``, ``low_freq_factor`` l, ``high_freq_factor`` h, :math:`L_0`)
-        see :func:`llama3_bands`; blended band:
-        :math:`\omega' = (1-\sigma)\,\omega/s + \sigma\,\omega`,
-        :math:`\sigma = (L_0/\lambda - l)/(h - l)`.
-    ``proportional`` (``partial_rotary_factor`` p, optional ``factor``\=1; ``dim`` is the *head* dim)
-        :math:`\mathrm{base}^{-2i/d}/s` for :math:`i < \lfloor p d / 2 \rfloor`, zeros after
-        (the zero pairs are not rotated; use the ``half`` layout over the whole head).
+    ``dynamic`` (``factor``; needs ``max_position_embeddings``)
+        the NTK base rescaled with the current length.
+    ``yarn`` (``factor``, ``original_max_position_embeddings``; optional ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``, ``mscale_all_dim``, ``attention_factor``)
+        "NTK-by-parts": a linear ramp between interpolated and original frequencies, and an
+        attention factor (:func:`yarn_correction_range`, :func:`yarn_get_mscale`).
+    ``longrope`` (``short_factor``, ``long_factor``, ``original_max_position_embeddings``; optional ``factor``, ``attention_factor``)
+        per-frequency divisors, ``long_factor`` once ``seq_len > L0``.
+    ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``, ``original_max_position_embeddings``)
+        band-wise interpolation (:func:`llama3_bands`).
+    ``proportional`` (``partial_rotary_factor``, optional ``factor``\=1; ``dim`` is the *head* dim)
+        the first :math:`\lfloor p d / 2 \rfloor` frequencies of the head dim, zeros after.
 
     ``dim`` is the rotary dim, except when the dict carries ``partial_rotary_factor`` p (as
     Hugging Face 5.x dicts do, e.g. GPT-NeoX's ``rotary_pct``): then ``dim`` is the head dim
     and, as in Hugging Face, the rotary dim is ``int(dim * p)`` for every type but
     ``proportional`` (which keeps ``dim // 2`` frequencies and zeroes the tail).
+    ``original_max_position_embeddings`` defaults to ``max_position_embeddings`` (as Hugging
+    Face's ``standardize_rope_params`` fills it), and ``factor`` of ``yarn``/``longrope`` to
+    ``max_position_embeddings / original_max_position_embeddings``.
 
     Parameters
     ----------
@@ -483,17 +630,7 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     attention_factor : float
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
     """
-    rope_type, params = _normalise(scaling)
-    dim, base = _resolve_dim_base(dim, base, params, rope_type)
-    check_alloc((dim // 2,), np.float64, "inv_freq (dim // 2,)")
+    sc = parse_scaling(dim, base=base, scaling=scaling, max_position_embeddings=max_position_embeddings)
     if seq_len is not None:
         seq_len = check_int(seq_len, "seq_len", minimum=1, maximum=MAX_LENGTH)
-    if max_position_embeddings is not None:
-        max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1,
-                                            maximum=MAX_LENGTH)
-    inv, attention_factor = _SCALINGS[rope_type](dim, base, params, seq_len, max_position_embeddings)
-    attention_factor = float(attention_factor)
-    if not math.isfinite(attention_factor):
-        raise ValueError(f"scaling {rope_type!r} gives an attention factor that overflows float64 (check its mscale "
-                         "and factor values)")
-    return _exact.frequency_array(inv), attention_factor
+    return sc.frequencies(seq_len)

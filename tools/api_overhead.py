@@ -69,25 +69,29 @@ def _calls_per(fn, n: int = 50) -> float:
     return pstats.Stats(prof).total_calls / n
 
 
+def measure_shape(shape, repeat: int) -> dict:
+    """One row of the table for ``(B, H, T, D)`` float32."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    cos, sin = rope.cos_sin(np.arange(shape[2]), rope.inv_freq(shape[3])[0], dtype=np.float32)
+
+    def apply():
+        return rope.apply(x, cos, sin)
+
+    for _ in range(20):
+        apply()
+    kernel, args = _captured_kernel_call(apply)
+    out_at = 5  # _rope_kernel(xb, x0, xa, xi, x_step, ob, ...): ob is the flat output buffer
+
+    def rotation():
+        kernel(*args[:out_at], np.empty_like(args[out_at]), *args[out_at + 1:])
+
+    t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
+    return {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
+            "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)}
+
+
 def measure(repeat: int) -> list[dict]:
-    rows = []
-    rng = np.random.default_rng(0)
-    for shape in SHAPES:
-        x = rng.standard_normal(shape).astype(np.float32)
-        cos, sin = rope.cos_sin(np.arange(shape[2]), rope.inv_freq(shape[3])[0], dtype=np.float32)
-        apply = lambda: rope.apply(x, cos, sin)  # noqa: E731
-        for _ in range(20):
-            apply()
-        kernel, args = _captured_kernel_call(apply)
-        out_at = 5  # _rope_kernel(xb, x0, xa, xi, x_step, ob, ...): ob is the flat output buffer
-
-        def rotation():
-            kernel(*args[:out_at], np.empty_like(args[out_at]), *args[out_at + 1:])
-
-        t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
-        rows.append({"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
-                     "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)})
-    return rows
+    return [measure_shape(shape, repeat) for shape in SHAPES]
 
 
 def main(argv=None) -> int:
@@ -101,7 +105,7 @@ def main(argv=None) -> int:
         return 0
     print(f"{'shape':18s} {'apply':>9s} {'rotation':>9s} {'share':>6s} {'calls':>6s}")
     for r in rows:
-        print(f"{str(tuple(r['shape'])):18s} {r['apply_us']:7.1f}us {r['rotation_us']:7.1f}us {r['share']:6.0%} "
+        print(f"{tuple(r['shape'])!s:18s} {r['apply_us']:7.1f}us {r['rotation_us']:7.1f}us {r['share']:6.0%} "
               f"{r['calls']:6.0f}")
     return 0
 

@@ -84,9 +84,8 @@ def _only_raises(body) -> bool:
 def _executable(node) -> bool:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
         return False
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-        return False  # docstring (or a bare string)
-    return True
+    # a docstring (or any bare string) is not executable
+    return not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))
 
 
 def _bodies(node):

@@ -63,13 +63,16 @@ import numpy as np
 from numba import uint64
 
 from .._checks import (
+    ROPE_LAYOUTS as LAYOUTS,
+)
+from .._checks import (
     as_float_array,
     as_positions,
     check_angles,
     check_choice,
     check_real,
 )
-from ..rope import LAYOUTS, _check_tables
+from .._checks import check_rope_tables as _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
 __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]
@@ -619,10 +622,15 @@ def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> 
     layout = check_choice(layout, "layout", LAYOUTS)
     x = _check_x(x, "x")
     cos, sin = _check_tables(x, cos, sin, "x")
-    out = _check_out(out, x, "x")
+    return rotate_tables(x, cos, sin, layout, bool(inverse), _check_out(out, x, "x"))
+
+
+def rotate_tables(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool, out=None) -> np.ndarray:
+    """:func:`rope_apply` for arguments already checked (by it, or by :func:`posenc_np.rope.apply`):
+    the tables are cast to ``x``'s dtype, then the kernel is launched. No argument checks."""
     cos = cos.astype(x.dtype.newbyteorder("="), copy=False)
     sin = sin.astype(x.dtype.newbyteorder("="), copy=False)
-    return _run(x, out, layout=layout, inverse=bool(inverse), tables=(cos, sin))
+    return _run(x, out, layout=layout, inverse=inverse, tables=(cos, sin))
 
 
 def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: float = 1.0,

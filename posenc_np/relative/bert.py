@@ -39,12 +39,15 @@ from .._checks import (
     as_float_array,
     check_alloc,
     check_choice,
+    check_hook_args,
     check_int,
     check_lengths,
+    check_param,
     check_real,
 )
-from .._util import normal_init, scatter_add_rows
-from ..attention import Hook, check_hook_args
+from .._util import memo_table, normal_init, scatter_add_rows
+from ..attention import Hook
+from ..positions import _grid
 
 __all__ = [
     "BertRelativeKey",
@@ -56,10 +59,12 @@ __all__ = [
 MODES = ("relative_key", "relative_key_query")
 
 
-def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
-    r"""``(q_len, k_len)`` int64 :math:`\delta_{ij} = (i + k_{len} - q_{len}) - j` (query - key, unclipped)."""
-    q_len, k_len = check_lengths(q_len, k_len, "relative distances (q_len, k_len)")
-    return (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len)) - np.arange(k_len, dtype=np.int64)[None, :]
+# --------------------------------------------------------------------------- the formulas (unchecked)
+
+@memo_table
+def _index(q_len: int, k_len: int, max_position: int) -> np.ndarray:
+    r"""Table row :math:`\delta_{ij} + P - 1` of each pair (:math:`\delta = -r`, query - key), kept per lengths."""
+    return -_grid(q_len, k_len, k_len - q_len) + (max_position - 1)
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -67,14 +72,45 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape((-1,) + x.shape[-2:])
 
 
-def _index(q_len: int, k_len: int, max_position: int) -> np.ndarray:
-    """Row index ``distance + max_position - 1``, with the range check."""
+def _scores(q, k, table, mode: str, scale: float) -> np.ndarray:
+    r""":math:`s\,(q_i \cdot r_{ij} [+ k_j \cdot r_{ij}])`."""
+    rel = table[_index(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)]  # r_ij, (q_len, k_len, d)
+    out = np.einsum("...id,ijd->...ij", q, rel)
+    if mode == "relative_key_query":
+        out = out + np.einsum("...jd,ijd->...ij", k, rel)
+    return (scale * out).astype(np.result_type(q, k, table), copy=False)
+
+
+def _scores_backward(dscores, q, k, table, mode: str, scale: float):
+    r"""``(dq, dk, dtable)``: :math:`dq_i = s\sum_j G_{ij} r_{ij}`, :math:`dk_j = s\sum_i G_{ij} r_{ij}`
+    (``relative_key_query``), :math:`dW[\rho] = s\sum_{\delta_{ij}+P-1=\rho} G_{ij}(q_i [+ k_j])`."""
+    index = _index(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)
+    g = scale * dscores
+    rel = table[index]
+    dq = np.einsum("...ij,ijd->...id", g, rel)
+    drel = np.einsum("bij,bid->ijd", _flat(g), _flat(q))  # dL/dr_ij from the query term
+    dk = None
+    if mode == "relative_key_query":
+        dk = np.einsum("...ij,ijd->...jd", g, rel)
+        drel = drel + np.einsum("bij,bjd->ijd", _flat(g), _flat(k))
+    return dq, dk, scatter_add_rows(index, drel, table.shape[0])
+
+
+# --------------------------------------------------------------------------- public functions
+
+def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
+    r"""``(q_len, k_len)`` int64 :math:`\delta_{ij} = (i + k_{len} - q_{len}) - j` (query - key, unclipped)."""
+    q_len, k_len = check_lengths(q_len, k_len, "relative distances (q_len, k_len)")
+    return -_grid(q_len, k_len, k_len - q_len)
+
+
+def _check_lengths_fit(q_len: int, k_len: int, max_position: int) -> None:
+    """Every distance must have a table row: both lengths ``<= P``."""
     if q_len > max_position or k_len > max_position:
         raise ValueError(
             f"q_len={q_len} and k_len={k_len} must be <= max_position_embeddings={max_position}: distances "
             f"must lie in [-{max_position - 1}, {max_position - 1}] and a learned distance table cannot "
             "extrapolate")
-    return bert_relative_distance(q_len, k_len) + (max_position - 1)
 
 
 def _check_inputs(q, k, table, mode, scale):
@@ -88,9 +124,8 @@ def _check_inputs(q, k, table, mode, scale):
     if table.ndim != 2 or table.shape[0] % 2 == 0 or table.shape[1] != q.shape[-1]:
         raise ValueError(f"table must be (2*max_position_embeddings - 1, d={q.shape[-1]}) (odd row count), "
                          f"got shape {table.shape}")
-    scale = check_real(scale, "scale", positive=True)
-    index = _index(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)
-    return q, k, table, mode, scale, index
+    _check_lengths_fit(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)
+    return q, k, table, mode, check_real(scale, "scale", positive=True)
 
 
 def bert_relative_scores(q, k, table, *, mode: str = "relative_key", scale: float = 1.0) -> np.ndarray:
@@ -107,30 +142,17 @@ def bert_relative_scores(q, k, table, *, mode: str = "relative_key", scale: floa
         Multiplies the term; pass the attention scale (``1/sqrt(d)`` as in HF) to add the
         result to scaled logits, or 1.0 to add it to raw scores.
     """
-    q, k, table, mode, scale, index = _check_inputs(q, k, table, mode, scale)
-    rel = table[index]  # r_ij, (q_len, k_len, d)
-    out = np.einsum("...id,ijd->...ij", q, rel)
-    if mode == "relative_key_query":
-        out = out + np.einsum("...jd,ijd->...ij", k, rel)
-    return (scale * out).astype(np.result_type(q, k, table), copy=False)
+    return _scores(*_check_inputs(q, k, table, mode, scale))
 
 
 def bert_relative_scores_backward(dscores, q, k, table, *, mode: str = "relative_key", scale: float = 1.0):
     r"""Gradients ``(dq, dk, dtable)`` of :func:`bert_relative_scores`; ``dk`` is None for ``relative_key``."""
-    q, k, table, mode, scale, index = _check_inputs(q, k, table, mode, scale)
+    q, k, table, mode, scale = _check_inputs(q, k, table, mode, scale)
     dscores = as_float_array(dscores, "dscores", ndim_min=2)
     expected = q.shape[:-1] + (k.shape[-2],)
     if dscores.shape != expected:
         raise ValueError(f"dscores must have shape {expected}, got {dscores.shape}")
-    g = scale * dscores
-    rel = table[index]
-    dq = np.einsum("...ij,ijd->...id", g, rel)
-    drel = np.einsum("bij,bid->ijd", _flat(g), _flat(q))  # dL/dr_ij from the query term
-    dk = None
-    if mode == "relative_key_query":
-        dk = np.einsum("...ij,ijd->...jd", g, rel)
-        drel = drel + np.einsum("bij,bjd->ijd", _flat(g), _flat(k))
-    return dq, dk, scatter_add_rows(index, drel, table.shape[0])
+    return _scores_backward(dscores, q, k, table, mode, scale)
 
 
 class BertRelativeKey(Hook):
@@ -173,23 +195,20 @@ class BertRelativeKey(Hook):
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
 
     def _weight(self) -> np.ndarray:
-        w = np.asarray(self.params["weight"])
-        expected = (2 * self.max_position_embeddings - 1, self.head_dim)
-        if w.shape != expected:
-            raise ValueError(f"params['weight'] must have shape {expected}, got {w.shape}")
-        return w
+        return check_param(self.params, "weight", (2 * self.max_position_embeddings - 1, self.head_dim))
 
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         """Hook: ``s (q_i . r_ij [+ k_j . r_ij])`` with the attention scale ``s``."""
-        q, k, scale = check_hook_args(q, k, scale)
-        term = bert_relative_scores(q, k, self._weight(), mode=self.mode, scale=scale)
-        return term.astype(q.dtype, copy=False), (q, k, scale)
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
+        w = self._weight()
+        if q.shape[-1] != self.head_dim:
+            raise ValueError(f"q must have last axis head_dim={self.head_dim}, got shape {q.shape}")
+        _check_lengths_fit(q.shape[-2], k.shape[-2], self.max_position_embeddings)
+        return _scores(q, k, w, self.mode, scale).astype(q.dtype, copy=False), (q, k, scale, w)
 
     def logits_backward(self, dlogits, cache):
         """Hook: returns ``(dq, dk)`` (``dk`` None for ``relative_key``) and writes ``grads["weight"]``."""
-        q, k, scale = cache
-        w = self._weight()
-        dq, dk, dw = bert_relative_scores_backward(dlogits.astype(w.dtype, copy=False), q, k, w, mode=self.mode,
-                                                   scale=scale)
+        q, k, scale, w = cache
+        dq, dk, dw = _scores_backward(dlogits.astype(w.dtype, copy=False), q, k, w, self.mode, scale)
         self.grads["weight"] = dw
         return dq.astype(q.dtype, copy=False), None if dk is None else dk.astype(k.dtype, copy=False)

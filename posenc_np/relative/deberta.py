@@ -54,12 +54,17 @@ from .._checks import (
     as_int_array,
     check_alloc,
     check_choice,
+    check_deberta_buckets,
+    check_heads,
+    check_hook_args,
     check_int,
     check_lengths,
+    check_pos_att_type,
     check_real,
 )
-from .._util import normal_init, scatter_add_rows
-from ..attention import Hook, check_hook_args
+from .._util import memo_table, normal_init, scatter_add_rows
+from ..attention import Hook
+from ..positions import _grid
 
 __all__ = [
     "DebertaDisentangled",
@@ -76,17 +81,6 @@ _MAX_ABS_REL = 2 ** 53
 
 
 # --------------------------------------------------------------------------- buckets
-
-def _check_bucket_args(bucket_size, max_position) -> tuple[int, int]:
-    bucket_size = check_int(bucket_size, "bucket_size", minimum=2)
-    max_position = check_int(max_position, "max_position", minimum=1)
-    mid = bucket_size // 2
-    if max_position - 1 <= mid:
-        raise ValueError(
-            f"max_position must be > bucket_size // 2 + 1 = {mid + 1} so that ln((max_position - 1) / mid) > 0, "
-            f"got max_position={max_position} with bucket_size={bucket_size}")
-    return bucket_size, max_position
-
 
 def _ceil_log_ratio(a: np.ndarray, mid: int, max_position: int) -> np.ndarray:
     r"""Exact :math:`\lceil (mid-1)\ln(a/mid) / \ln((max\_position-1)/mid) \rceil` for ints ``a > mid``.
@@ -142,10 +136,15 @@ def deberta_log_bucket_position(relative_pos, bucket_size: int, max_position: in
     ndarray of int64, same shape.
     """
     rel = as_int_array(relative_pos, "relative_pos")
-    bucket_size, max_position = _check_bucket_args(bucket_size, max_position)
+    bucket_size, max_position = check_deberta_buckets(bucket_size, max_position)
     if rel.size and (rel.max() > _MAX_ABS_REL or rel.min() < -_MAX_ABS_REL):  # (np.abs wraps int64's minimum)
         worst = int(rel.max()) if rel.max() > _MAX_ABS_REL else int(rel.min())
         raise ValueError(f"relative_pos must satisfy |relative_pos| <= 2**53, got {worst}")
+    return _log_bucket(rel, bucket_size, max_position)
+
+
+def _log_bucket(rel: np.ndarray, bucket_size: int, max_position: int) -> np.ndarray:
+    """:func:`deberta_log_bucket_position` for checked arguments (``|rel| <= 2**53``)."""
     mid = bucket_size // 2
     a = np.where(np.abs(rel) < mid, mid - 1, np.abs(rel))
     out = rel.copy()
@@ -190,7 +189,7 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
         raise ValueError(f"bucket_size must be -1 (no buckets) or >= 2, got {bucket_size}")
     if max_position != -1 and max_position < 1:
         raise ValueError(f"max_position must be -1 or >= 1, got {max_position}")
-    rel = (np.arange(q_len, dtype=np.int64) + offset)[:, None] - np.arange(k_len, dtype=np.int64)[None, :]
+    rel = -_grid(q_len, k_len, offset)
     if bucket_size == -1:
         return rel
     if max_position == -1:
@@ -198,23 +197,11 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
     return deberta_log_bucket_position(rel, bucket_size, max_position)
 
 
-def _parse_pos_att_type(value) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items = [p.strip().lower() for p in value.split("|") if p.strip()]
-    else:
-        try:
-            items = list(value)
-        except TypeError as exc:
-            raise TypeError(f"pos_att_type must be a string like 'c2p|p2c' or a sequence of strings, "
-                            f"got {type(value).__name__}") from exc
-    for item in items:
-        if item == "p2p":
-            raise ValueError("pos_att_type 'p2p' is not supported: it is not part of the paper's score "
-                             "(eq. 4) and Hugging Face DeBERTa-v2 does not add it to the scores")
-        check_choice(item, "pos_att_type entry", POS_ATT_TYPES)
-    if len(set(items)) != len(items):
-        raise ValueError(f"pos_att_type lists a term twice: {items}")
-    return tuple(items)
+def _positions(q_len: int, k_len: int, offset: int, bucket_size: int, max_position: int) -> np.ndarray:
+    r""":math:`p_i - p_j = -r_{ij}` (query - key, :mod:`posenc_np.positions`), log-bucketed unless
+    ``bucket_size == -1``; checked arguments."""
+    rel = -_grid(q_len, k_len, offset)
+    return rel if bucket_size == -1 else _log_bucket(rel, bucket_size, max_position)
 
 
 def deberta_scale(head_dim: int, pos_att_type=("c2p", "p2c")) -> float:
@@ -224,7 +211,7 @@ def deberta_scale(head_dim: int, pos_att_type=("c2p", "p2c")) -> float:
     applies the same scale to its terms. ``deberta_scale(64) == 1/sqrt(192)``.
     """
     head_dim = check_int(head_dim, "head_dim", minimum=1)
-    return 1.0 / math.sqrt(head_dim * (1 + len(_parse_pos_att_type(pos_att_type))))
+    return 1.0 / math.sqrt(head_dim * (1 + len(check_pos_att_type(pos_att_type, POS_ATT_TYPES))))
 
 
 def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads: int) -> np.ndarray:
@@ -253,6 +240,16 @@ def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads:
 
 
 # --------------------------------------------------------------------------- hook
+
+@memo_table
+def _indices(q_len: int, k_len: int, buckets: int, max_position: int, span: int, p2c_index: str):
+    r"""``(c2p, p2c)`` rows: :math:`\delta(i,j) = \mathrm{clamp}(\mathrm{rel}_{ij} + k, 0, 2k-1)` and
+    :math:`\delta(j,i)` (``"paper"``) or :math:`\delta(i,j)` (``"hf"``), kept per (lengths, configuration)."""
+    rel = _positions(q_len, k_len, k_len - q_len, buckets if buckets > 0 else -1, max_position)
+    top = 2 * span - 1
+    c2p = np.clip(rel + span, 0, top)
+    return (c2p, c2p) if p2c_index == "hf" else (c2p, np.clip(-rel + span, 0, top))
+
 
 def _gather_last(table_scores: np.ndarray, rows: np.ndarray, index: np.ndarray) -> np.ndarray:
     """``out[..., i, j] = table_scores[..., rows[i, j], index[i, j]]``."""
@@ -326,8 +323,8 @@ class DebertaDisentangled(Hook):
         if self.position_buckets != -1:
             if self.position_buckets < 2:
                 raise ValueError(f"position_buckets must be -1 (no buckets) or >= 2, got {self.position_buckets}")
-            _check_bucket_args(self.position_buckets, self.max_relative_positions)
-        self.pos_att_type = _parse_pos_att_type(pos_att_type)
+            check_deberta_buckets(self.position_buckets, self.max_relative_positions)
+        self.pos_att_type = check_pos_att_type(pos_att_type, POS_ATT_TYPES)
         self.p2c_index = check_choice(p2c_index, "p2c_index", P2C_INDEX)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
@@ -343,36 +340,30 @@ class DebertaDisentangled(Hook):
 
     def relative_positions(self, q_len: int, k_len: int) -> np.ndarray:
         """Bucketed (if configured) query - key positions, bottom-right aligned, ``(q_len, k_len)``."""
-        if self.position_buckets > 0:
-            return deberta_relative_positions(q_len, k_len, bucket_size=self.position_buckets,
-                                              max_position=self.max_relative_positions)
-        return deberta_relative_positions(q_len, k_len)
+        q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
+        return _positions(q_len, k_len, k_len - q_len, self.position_buckets, self.max_relative_positions)
 
     def indices(self, q_len: int, k_len: int) -> tuple[np.ndarray, np.ndarray]:
         r"""``(c2p, p2c)`` table rows, each ``(q_len, k_len)``: :math:`\delta(i,j)` and the p2c index."""
-        rel = self.relative_positions(q_len, k_len)
-        top = 2 * self.span - 1
-        c2p = np.clip(rel + self.span, 0, top)
-        if self.p2c_index == "hf":
-            if q_len != k_len:
-                raise ValueError(
-                    f"p2c_index='hf' needs q_len == k_len (got {q_len} and {k_len}): Hugging Face's p2c term "
-                    "is built from a (k_len, k_len) key-key table and has no (q_len, k_len) form; use 'paper'")
-            return c2p, c2p
-        return c2p, np.clip(-rel + self.span, 0, top)
+        q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
+        self._check_p2c(q_len, k_len)
+        return _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span, self.p2c_index)
 
-    def _check(self, q, k):
-        for name, x in (("q", q), ("k", k)):
-            if x.ndim < 3 or x.shape[-3] != self.num_heads or x.shape[-1] != self.head_dim:
-                raise ValueError(f"{name} must be (..., num_heads={self.num_heads}, len, head_dim={self.head_dim}), "
-                                 f"got shape {x.shape}")
+    def _check_p2c(self, q_len: int, k_len: int) -> None:
+        if self.p2c_index == "hf" and q_len != k_len:
+            raise ValueError(
+                f"p2c_index='hf' needs q_len == k_len (got {q_len} and {k_len}): Hugging Face's p2c term "
+                "is built from a (k_len, k_len) key-key table and has no (q_len, k_len) form; use 'paper'")
 
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         """Return ``scale * (c2p + p2c)`` (the enabled terms), shape ``(..., H, q_len, k_len)``."""
-        q, k, scale = check_hook_args(q, k, scale)
-        self._check(q, k)
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
+        check_heads(q, "q", self.num_heads, self.head_dim)
+        check_heads(k, "k", self.num_heads, self.head_dim)
         q_len, k_len = q.shape[-2], k.shape[-2]
-        c2p_idx, p2c_idx = self.indices(q_len, k_len)
+        self._check_p2c(q_len, k_len)
+        c2p_idx, p2c_idx = _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span,
+                                    self.p2c_index)
         qi = np.broadcast_to(np.arange(q_len)[:, None], (q_len, k_len))
         kj = np.broadcast_to(np.arange(k_len)[None, :], (q_len, k_len))
         term = np.zeros(q.shape[:-1] + (k_len,), dtype=q.dtype)

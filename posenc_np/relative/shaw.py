@@ -36,9 +36,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_alloc, check_int, check_lengths, check_real
-from .._util import normal_init, scatter_add_rows
-from ..attention import Hook, check_hook_args
+from .._checks import (
+    as_float_array,
+    check_alloc,
+    check_bool,
+    check_hook_args,
+    check_int,
+    check_lengths,
+    check_param,
+    check_real,
+    check_table,
+)
+from .._util import memo_table, normal_init, scatter_add_rows
+from ..attention import Hook
+from ..positions import _grid
 
 __all__ = [
     "ShawRelativeAttention",
@@ -49,22 +60,15 @@ __all__ = [
     "shaw_values_backward",
 ]
 
+_TABLE = "(2*max_relative_position + 1, dim)"
 
-def shaw_relative_index(q_len: int, k_len: int, max_relative_position: int) -> np.ndarray:
-    r"""``(q_len, k_len)`` int64 table index :math:`\mathrm{clip}(j - i - (k_{len}-q_{len}), -K, K) + K`.
 
-    Parameters
-    ----------
-    q_len, k_len : int
-        Query and key lengths (queries are the last ``q_len`` positions).
-    max_relative_position : int
-        Clipping distance :math:`K \ge 0` (the paper's ablation includes :math:`K = 0`, where
-        every pair shares one vector).
-    """
-    q_len, k_len = check_lengths(q_len, k_len, "relative index (q_len, k_len)")
-    kmax = check_int(max_relative_position, "max_relative_position", minimum=0, maximum=2**62)
-    rel = np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
-    return np.clip(rel, -kmax, kmax) + kmax
+# --------------------------------------------------------------------------- the formulas (unchecked)
+
+@memo_table
+def _index(q_len: int, k_len: int, kmax: int) -> np.ndarray:
+    r""":math:`\mathrm{idx}_{ij} = \mathrm{clip}(r_{ij}, -K, K) + K`, kept per (lengths, K)."""
+    return np.clip(_grid(q_len, k_len, k_len - q_len), -kmax, kmax) + kmax
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -72,16 +76,50 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape((-1,) + x.shape[-2:])
 
 
-def _check_table(table, name: str, width=None) -> tuple[np.ndarray, int]:
-    """Validate a ``(2K+1, width)`` table and return it with ``K``."""
-    table = as_float_array(table, name)
-    if table.ndim != 2 or table.shape[0] % 2 == 0:
-        raise ValueError(f"{name} must be a 2-D (2*max_relative_position + 1, dim) table (odd row count), "
-                         f"got shape {table.shape}")
-    if width is not None and table.shape[1] != width:
-        raise ValueError(f"{name} rows have width {table.shape[1]}, expected {width} to match the last axis "
-                         "of the attention input")
-    return table, (table.shape[0] - 1) // 2
+def _logits(q, table, k_len: int, scale: float) -> np.ndarray:
+    r""":math:`s\,q_i \cdot w^K[\mathrm{idx}_{ij}]`."""
+    rel = table[_index(q.shape[-2], k_len, (table.shape[0] - 1) // 2)]  # a^K_ij, (q_len, k_len, d)
+    return (scale * np.einsum("...id,ijd->...ij", q, rel)).astype(np.result_type(q, table), copy=False)
+
+
+def _logits_backward(dlogits, q, table, scale: float):
+    r"""``(dq, dtable)``: :math:`dq_i = s \sum_j G_{ij} a^K_{ij}`, :math:`dw^K[r] = s \sum_{\mathrm{idx}_{ij}=r} G_{ij} q_i`."""
+    index = _index(q.shape[-2], dlogits.shape[-1], (table.shape[0] - 1) // 2)
+    dq = scale * np.einsum("...ij,ijd->...id", dlogits, table[index])
+    drel = scale * np.einsum("bij,bid->ijd", _flat(dlogits), _flat(q))  # dL/da^K_ij, summed over leading axes
+    return dq, scatter_add_rows(index, drel, table.shape[0])
+
+
+def _values(probs, table) -> np.ndarray:
+    r""":math:`\sum_j p_{ij}\, w^V[\mathrm{idx}_{ij}]`."""
+    rel = table[_index(probs.shape[-2], probs.shape[-1], (table.shape[0] - 1) // 2)]  # a^V_ij
+    return np.einsum("...ij,ijd->...id", probs, rel).astype(np.result_type(probs, table), copy=False)
+
+
+def _values_backward(dout, probs, table):
+    r"""``(dprobs, dtable)``: :math:`dp_{ij} = U_i \cdot a^V_{ij}`, :math:`dw^V[r] = \sum_{\mathrm{idx}_{ij}=r} p_{ij} U_i`."""
+    index = _index(probs.shape[-2], probs.shape[-1], (table.shape[0] - 1) // 2)
+    dprobs = np.einsum("...id,ijd->...ij", dout, table[index])
+    drel = np.einsum("bij,bid->ijd", _flat(probs), _flat(dout))
+    return dprobs, scatter_add_rows(index, drel, table.shape[0])
+
+
+# --------------------------------------------------------------------------- public functions
+
+def shaw_relative_index(q_len: int, k_len: int, max_relative_position: int) -> np.ndarray:
+    r"""``(q_len, k_len)`` int64 table index :math:`\mathrm{clip}(j - i - (k_{len}-q_{len}), -K, K) + K`.
+
+    Parameters
+    ----------
+    q_len, k_len : int
+        Query and key lengths (queries are the last ``q_len`` positions, :mod:`posenc_np.positions`).
+    max_relative_position : int
+        Clipping distance :math:`K \ge 0` (the paper's ablation includes :math:`K = 0`, where
+        every pair shares one vector).
+    """
+    q_len, k_len = check_lengths(q_len, k_len, "relative index (q_len, k_len)")
+    kmax = check_int(max_relative_position, "max_relative_position", minimum=0, maximum=2**62)
+    return _index(q_len, k_len, kmax).copy()
 
 
 def shaw_logits(q, table, k_len: int, *, scale: float = 1.0) -> np.ndarray:
@@ -97,11 +135,9 @@ def shaw_logits(q, table, k_len: int, *, scale: float = 1.0) -> np.ndarray:
         :math:`s`; the attention scale (``1/sqrt(d)`` in the paper).
     """
     q = as_float_array(q, "q", ndim_min=2)
-    table, kmax = _check_table(table, "table", q.shape[-1])
-    scale = check_real(scale, "scale", positive=True)
-    rel = table[shaw_relative_index(q.shape[-2], k_len, kmax)]  # a^K_ij, (q_len, k_len, d)
-    dtype = np.result_type(q, table)
-    return (scale * np.einsum("...id,ijd->...ij", q, rel)).astype(dtype, copy=False)
+    table = check_table(table, "table", odd_rows=True, width=q.shape[-1], what=_TABLE)
+    _, k_len = check_lengths(q.shape[-2], k_len, "relative index (q_len, k_len)")
+    return _logits(q, table, k_len, check_real(scale, "scale", positive=True))
 
 
 def shaw_logits_backward(dlogits, q, table, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -111,15 +147,12 @@ def shaw_logits_backward(dlogits, q, table, *, scale: float = 1.0) -> tuple[np.n
     summed over the leading axes (scatter-add).
     """
     q = as_float_array(q, "q", ndim_min=2)
-    table, kmax = _check_table(table, "table", q.shape[-1])
+    table = check_table(table, "table", odd_rows=True, width=q.shape[-1], what=_TABLE)
     scale = check_real(scale, "scale", positive=True)
     dlogits = as_float_array(dlogits, "dlogits", ndim_min=2)
     if dlogits.shape[:-1] != q.shape[:-1]:
         raise ValueError(f"dlogits must be (..., q_len, k_len) matching q {q.shape}, got {dlogits.shape}")
-    index = shaw_relative_index(q.shape[-2], dlogits.shape[-1], kmax)
-    dq = scale * np.einsum("...ij,ijd->...id", dlogits, table[index])
-    drel = scale * np.einsum("bij,bid->ijd", _flat(dlogits), _flat(q))  # dL/da^K_ij, summed over leading axes
-    return dq, scatter_add_rows(index, drel, table.shape[0])
+    return _logits_backward(dlogits, q, table, scale)
 
 
 def shaw_values(probs, table) -> np.ndarray:
@@ -133,9 +166,7 @@ def shaw_values(probs, table) -> np.ndarray:
         :math:`w^V`.
     """
     probs = as_float_array(probs, "probs", ndim_min=2)
-    table, kmax = _check_table(table, "table")
-    rel = table[shaw_relative_index(probs.shape[-2], probs.shape[-1], kmax)]  # a^V_ij
-    return np.einsum("...ij,ijd->...id", probs, rel).astype(np.result_type(probs, table), copy=False)
+    return _values(probs, check_table(table, "table", odd_rows=True, what=_TABLE))
 
 
 def shaw_values_backward(dout, probs, table) -> tuple[np.ndarray, np.ndarray]:
@@ -144,14 +175,11 @@ def shaw_values_backward(dout, probs, table) -> tuple[np.ndarray, np.ndarray]:
     :math:`dp_{ij} = U_i \cdot a^V_{ij}`; :math:`dw^V[r] = \sum_{\text{idx}_{ij}=r} p_{ij}\, U_i`.
     """
     probs = as_float_array(probs, "probs", ndim_min=2)
-    table, kmax = _check_table(table, "table")
+    table = check_table(table, "table", odd_rows=True, what=_TABLE)
     dout = as_float_array(dout, "dout", ndim_min=2)
     if dout.shape != probs.shape[:-1] + (table.shape[1],):
         raise ValueError(f"dout must have shape {probs.shape[:-1] + (table.shape[1],)}, got {dout.shape}")
-    index = shaw_relative_index(probs.shape[-2], probs.shape[-1], kmax)
-    dprobs = np.einsum("...id,ijd->...ij", dout, table[index])
-    drel = np.einsum("bij,bid->ijd", _flat(probs), _flat(dout))
-    return dprobs, scatter_add_rows(index, drel, table.shape[0])
+    return _values_backward(dout, probs, table)
 
 
 class ShawRelativeAttention(Hook):
@@ -189,9 +217,7 @@ class ShawRelativeAttention(Hook):
         self.head_dim = check_int(head_dim, "head_dim", minimum=1)
         self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
         self.value_dim = self.head_dim if value_dim is None else check_int(value_dim, "value_dim", minimum=1)
-        if not isinstance(use_values, (bool, np.bool_)):
-            raise TypeError(f"use_values must be a bool, got {type(use_values).__name__} {use_values!r}")
-        self.use_values = bool(use_values)
+        self.use_values = check_bool(use_values, "use_values")
         init_std = check_real(init_std, "init_std", nonnegative=True)
         rows = 2 * self.max_relative_position + 1
         check_alloc((rows, max(self.head_dim, self.value_dim)), np.float64,
@@ -203,28 +229,21 @@ class ShawRelativeAttention(Hook):
         self.grads = {name: np.zeros_like(p) for name, p in self.params.items()}
 
     def _table(self, name: str, width: int) -> np.ndarray:
-        t = np.asarray(self.params[name])
-        expected = (2 * self.max_relative_position + 1, width)
-        if t.shape != expected:
-            raise ValueError(f"params[{name!r}] must have shape {expected}, got {t.shape}")
-        return t
+        return check_param(self.params, name, (2 * self.max_relative_position + 1, width))
 
     # -- attention hook ------------------------------------------------------------------
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         """Hook: ``s * q_i . wK[idx_ij]`` for ``q`` ``(..., heads, q_len, head_dim)``."""
-        q, k, scale = check_hook_args(q, k, scale)
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
         table = self._table("key", self.head_dim)
         if q.shape[-1] != self.head_dim:
             raise ValueError(f"q must have last axis head_dim={self.head_dim}, got shape {q.shape}")
-        term = shaw_logits(q, table, k.shape[-2], scale=scale).astype(q.dtype, copy=False)
-        return term, (q, scale)
+        return _logits(q, table, k.shape[-2], scale).astype(q.dtype, copy=False), (q, scale, table)
 
     def logits_backward(self, dlogits, cache):
         """Hook: returns ``(dq, None)`` and writes ``grads["key"]``."""
-        q, scale = cache
-        table = self._table("key", self.head_dim)
-        dq, dtable = shaw_logits_backward(dlogits.astype(table.dtype, copy=False), q, table, scale=scale)
-        self.grads["key"] = dtable
+        q, scale, table = cache
+        dq, self.grads["key"] = _logits_backward(dlogits.astype(table.dtype, copy=False), q, table, scale)
         return dq.astype(q.dtype, copy=False), None
 
     def values(self, probs):
@@ -233,14 +252,12 @@ class ShawRelativeAttention(Hook):
             return None, None
         probs = as_float_array(probs, "probs", ndim_min=2)
         table = self._table("value", self.value_dim)
-        return shaw_values(probs, table).astype(probs.dtype, copy=False), probs
+        return _values(probs, table).astype(probs.dtype, copy=False), (probs, table)
 
     def values_backward(self, dout, cache):
         """Hook: returns the extra ``dprobs`` and writes ``grads["value"]``."""
         if not self.use_values:
             return None
-        probs = cache
-        table = self._table("value", self.value_dim)
-        dprobs, dtable = shaw_values_backward(np.asarray(dout).astype(table.dtype, copy=False), probs, table)
-        self.grads["value"] = dtable
+        probs, table = cache
+        dprobs, self.grads["value"] = _values_backward(np.asarray(dout).astype(table.dtype, copy=False), probs, table)
         return dprobs.astype(probs.dtype, copy=False)

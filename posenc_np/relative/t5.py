@@ -57,12 +57,18 @@ from .._checks import (
     as_float_array,
     as_int_array,
     check_alloc,
+    check_heads,
+    check_hook_args,
     check_int,
     check_lengths,
+    check_param,
     check_real,
+    check_t5_buckets,
+    check_table,
 )
-from .._util import normal_init, scatter_add_rows, sum_to_shape
-from ..attention import Hook, check_hook_args
+from .._util import memo_table, normal_init, scatter_add_rows, sum_to_shape
+from ..attention import Hook
+from ..positions import _grid
 
 __all__ = [
     "T5RelativeBias",
@@ -76,42 +82,7 @@ __all__ = [
 _NEAR_INTEGER = 1e-9
 
 
-def _check_bool(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
-
-
-def _check_bucket_config(num_buckets, max_distance, bidirectional) -> tuple[int, int, bool]:
-    """Validate the bucket parameters; return them as ``(num_buckets, max_distance, bidirectional)``.
-
-    Requirements (derived from the formula): the exact range ``e`` must be at least 1
-    (otherwise ``ln(n/e)`` is undefined), so ``num_buckets >= 2`` unidirectional and
-    ``>= 4`` bidirectional; bidirectional counts must be even (an odd count leaves the last
-    bucket unreachable: each half has ``num_buckets // 2`` buckets); ``max_distance > e``
-    (otherwise ``ln(max_distance / e) <= 0``).
-    """
-    bidirectional = _check_bool(bidirectional, "bidirectional")
-    num_buckets = check_int(num_buckets, "num_buckets")
-    minimum = 4 if bidirectional else 2
-    if num_buckets < minimum:
-        raise ValueError(
-            f"num_buckets must be >= {minimum} when bidirectional={bidirectional} (each direction needs "
-            f"at least one exact bucket), got {num_buckets}")
-    if bidirectional and num_buckets % 2:
-        raise ValueError(
-            f"num_buckets must be even when bidirectional=True (the two directions get num_buckets // 2 "
-            f"buckets each, so bucket {num_buckets - 1} could never be used), got {num_buckets}")
-    max_distance = check_int(max_distance, "max_distance", maximum=2**62)
-    half = num_buckets // 2 if bidirectional else num_buckets
-    exact = half // 2
-    if max_distance <= exact:
-        rule = "num_buckets // 4" if bidirectional else "num_buckets // 2"
-        raise ValueError(
-            f"max_distance must exceed the exact range {rule} = {exact} for num_buckets={num_buckets}, "
-            f"bidirectional={bidirectional}, got {max_distance}")
-    return num_buckets, max_distance, bidirectional
-
+# --------------------------------------------------------------------------- the formulas (unchecked)
 
 def _log_steps(n: np.ndarray, exact: int, steps: int, max_distance: int) -> np.ndarray:
     r"""Exact :math:`\lfloor \ln(n/e)/\ln(D/e)\cdot s \rfloor` for integers ``n >= e`` (``s = steps``)."""
@@ -124,6 +95,45 @@ def _log_steps(n: np.ndarray, exact: int, steps: int, max_distance: int) -> np.n
         out[idx] = mm if nn**steps * exact**mm >= max_distance**mm * exact**steps else mm - 1
     return out
 
+
+def _bucket(rel: np.ndarray, num_buckets: int, max_distance: int, bidirectional: bool) -> np.ndarray:
+    """The bucket of each ``key - query`` in ``rel`` (int64; the module docstring's :math:`b`)."""
+    # Clip before abs/negation so int64 extremes cannot overflow; every distance >= D maps to
+    # the last bucket of its direction, so the clip changes no bucket.
+    rel = np.clip(rel, -max_distance, max_distance)
+    if bidirectional:
+        half = num_buckets // 2
+        offset = np.where(rel > 0, half, 0)
+        n = np.abs(rel)
+    else:
+        half = num_buckets
+        offset = 0
+        n = -np.minimum(rel, 0)
+    exact = half // 2
+    uniq, inverse = np.unique(n, return_inverse=True)  # at most D + 1 distinct distances
+    large = np.minimum(exact + _log_steps(np.maximum(uniq, exact), exact, half - exact, max_distance), half - 1)
+    bucket = np.where(uniq < exact, uniq, large)[inverse.reshape(n.shape)]
+    return (offset + bucket).astype(np.int64)
+
+
+@memo_table
+def _bucket_map(q_len: int, k_len: int, num_buckets: int, max_distance: int, bidirectional: bool) -> np.ndarray:
+    """``(q_len, k_len)`` buckets of the bottom-right aligned grid, kept per configuration and lengths."""
+    return _bucket(_grid(q_len, k_len, k_len - q_len), num_buckets, max_distance, bidirectional)
+
+
+def _bias(table: np.ndarray, buckets: np.ndarray) -> np.ndarray:
+    """:math:`\\text{bias}[h, i, j] = W[b_{ij}, h]`, ``(heads, q_len, k_len)``."""
+    return np.moveaxis(table[buckets], -1, 0)  # (q, k, H) -> (H, q, k)
+
+
+def _bias_backward(dbias: np.ndarray, buckets: np.ndarray, num_buckets: int) -> np.ndarray:
+    """Scatter-add of ``dbias`` ``(..., heads, q_len, k_len)`` into the table rows of the buckets."""
+    dbias = sum_to_shape(dbias, dbias.shape[-3:])
+    return scatter_add_rows(buckets, np.moveaxis(dbias, 0, -1), num_buckets)
+
+
+# --------------------------------------------------------------------------- public functions
 
 def t5_relative_position_bucket(relative_position, *, bidirectional: bool = True, num_buckets: int = 32,
                                 max_distance: int = 128) -> np.ndarray:
@@ -150,40 +160,17 @@ def t5_relative_position_bucket(relative_position, *, bidirectional: bool = True
         evaluations of T5's expression differ).
     """
     rel = as_int_array(relative_position, "relative_position")
-    num_buckets, max_distance, bidirectional = _check_bucket_config(num_buckets, max_distance, bidirectional)
-    # Clip before abs/negation so int64 extremes cannot overflow; every distance >= D maps to
-    # the last bucket of its direction, so the clip changes no bucket.
-    rel = np.clip(rel, -max_distance, max_distance)
-    if bidirectional:
-        half = num_buckets // 2
-        offset = np.where(rel > 0, half, 0)
-        n = np.abs(rel)
-    else:
-        half = num_buckets
-        offset = 0
-        n = -np.minimum(rel, 0)
-    exact = half // 2
-    uniq, inverse = np.unique(n, return_inverse=True)  # at most D + 1 distinct distances
-    large = np.minimum(exact + _log_steps(np.maximum(uniq, exact), exact, half - exact, max_distance), half - 1)
-    bucket = np.where(uniq < exact, uniq, large)[inverse.reshape(n.shape)]
-    return (offset + bucket).astype(np.int64)
+    return _bucket(rel, *check_t5_buckets(num_buckets, max_distance, bidirectional))
 
 
 def t5_relative_positions(q_len: int, k_len: int) -> np.ndarray:
     r"""``(q_len, k_len)`` int64 matrix of :math:`r_{ij} = j - (i + k_{len} - q_{len})` (key - query).
 
     Queries are aligned to the last ``q_len`` key positions, as in the attention core's causal
-    mask; for ``q_len == k_len`` this is simply :math:`j - i`.
+    mask (:mod:`posenc_np.positions`); for ``q_len == k_len`` this is simply :math:`j - i`.
     """
     q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-    return np.arange(k_len, dtype=np.int64)[None, :] - (np.arange(q_len, dtype=np.int64)[:, None] + (k_len - q_len))
-
-
-def _check_table(table, name: str = "table") -> np.ndarray:
-    table = as_float_array(table, name)
-    if table.ndim != 2 or table.shape[0] < 1 or table.shape[1] < 1:
-        raise ValueError(f"{name} must be a non-empty 2-D (num_buckets, num_heads) array, got shape {table.shape}")
-    return table
+    return _grid(q_len, k_len, k_len - q_len)
 
 
 def t5_bias(table, q_len: int, k_len: int, *, bidirectional: bool = True, max_distance: int = 128) -> np.ndarray:
@@ -198,10 +185,9 @@ def t5_bias(table, q_len: int, k_len: int, *, bidirectional: bool = True, max_di
     bidirectional, max_distance
         As in :func:`t5_relative_position_bucket` (``num_buckets`` is ``table.shape[0]``).
     """
-    table = _check_table(table)
-    buckets = t5_relative_position_bucket(t5_relative_positions(q_len, k_len), bidirectional=bidirectional,
-                                          num_buckets=table.shape[0], max_distance=max_distance)
-    return np.moveaxis(table[buckets], -1, 0)  # (q, k, H) -> (H, q, k)
+    table = check_table(table, "table", what="(num_buckets, num_heads)")
+    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
+    return _bias(table, _bucket_map(q_len, k_len, *check_t5_buckets(table.shape[0], max_distance, bidirectional)))
 
 
 def t5_bias_backward(dbias, num_buckets: int, *, bidirectional: bool = True, max_distance: int = 128) -> np.ndarray:
@@ -222,11 +208,9 @@ def t5_bias_backward(dbias, num_buckets: int, *, bidirectional: bool = True, max
     ndarray ``(num_buckets, num_heads)`` in ``dbias``'s float dtype.
     """
     dbias = as_float_array(dbias, "dbias", ndim_min=3)
-    num_heads, q_len, k_len = dbias.shape[-3:]
-    dbias = sum_to_shape(dbias, (num_heads, q_len, k_len))
-    buckets = t5_relative_position_bucket(t5_relative_positions(q_len, k_len), bidirectional=bidirectional,
-                                          num_buckets=num_buckets, max_distance=max_distance)
-    return scatter_add_rows(buckets, np.moveaxis(dbias, 0, -1), num_buckets)
+    config = check_t5_buckets(num_buckets, max_distance, bidirectional)
+    q_len, k_len = check_lengths(*dbias.shape[-2:], "relative positions (q_len, k_len)")
+    return _bias_backward(dbias, _bucket_map(q_len, k_len, *config), config[0])
 
 
 class T5RelativeBias(Hook):
@@ -261,7 +245,7 @@ class T5RelativeBias(Hook):
     def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True, seed=None, init_std: float = 0.02):
         self.num_heads = check_int(num_heads, "num_heads", minimum=1)
-        self.num_buckets, self.max_distance, self.bidirectional = _check_bucket_config(
+        self.num_buckets, self.max_distance, self.bidirectional = check_t5_buckets(
             num_buckets, max_distance, bidirectional)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         check_alloc((self.num_buckets, self.num_heads), np.float64, "bias table (num_buckets, num_heads)")
@@ -270,41 +254,38 @@ class T5RelativeBias(Hook):
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
 
     def _weight(self) -> np.ndarray:
-        w = np.asarray(self.params["weight"])
-        if w.shape != (self.num_buckets, self.num_heads):
-            raise ValueError(f"params['weight'] must have shape {(self.num_buckets, self.num_heads)}, got {w.shape}")
-        return w
+        return check_param(self.params, "weight", (self.num_buckets, self.num_heads))
 
     def buckets(self, q_len: int, k_len: int) -> np.ndarray:
-        """``(q_len, k_len)`` bucket indices of :func:`t5_relative_positions`."""
-        return t5_relative_position_bucket(t5_relative_positions(q_len, k_len), bidirectional=self.bidirectional,
-                                           num_buckets=self.num_buckets, max_distance=self.max_distance)
+        """``(q_len, k_len)`` bucket indices of :func:`t5_relative_positions` (read-only, kept per lengths)."""
+        q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
+        return _bucket_map(q_len, k_len, self.num_buckets, self.max_distance, self.bidirectional)
 
     def bias(self, q_len: int, k_len: int) -> np.ndarray:
         """The bias ``(num_heads, q_len, k_len)`` in the table's dtype."""
-        return t5_bias(self._weight(), q_len, k_len, bidirectional=self.bidirectional,
-                       max_distance=self.max_distance)
+        return _bias(self._weight(), self.buckets(q_len, k_len))
 
     def bias_backward(self, dbias) -> None:
         """Write ``grads["weight"]`` from ``dbias`` of shape ``(..., num_heads, q_len, k_len)``."""
         dbias = as_float_array(dbias, "dbias", ndim_min=3)
-        if dbias.shape[-3] != self.num_heads:
-            raise ValueError(f"dbias must be (..., num_heads={self.num_heads}, q_len, k_len), got {dbias.shape}")
-        w = self._weight()
-        self.grads["weight"] = t5_bias_backward(dbias.astype(w.dtype, copy=False), self.num_buckets,
-                                                bidirectional=self.bidirectional,
-                                                max_distance=self.max_distance)
+        check_heads(dbias, "dbias", self.num_heads, axes="q_len, k_len")
+        self.buckets(*dbias.shape[-2:])  # (checks the lengths)
+        self._table_grad(dbias, self._weight())
+
+    def _table_grad(self, dbias: np.ndarray, w: np.ndarray) -> None:
+        buckets = _bucket_map(*dbias.shape[-2:], self.num_buckets, self.max_distance, self.bidirectional)
+        self.grads["weight"] = _bias_backward(dbias.astype(w.dtype, copy=False), buckets, self.num_buckets)
 
     # -- attention hook ------------------------------------------------------------------
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         """Hook: the bias (cast to ``q``'s dtype), not multiplied by ``scale``."""
-        q, k, scale = check_hook_args(q, k, scale)
-        if q.shape[-3] != self.num_heads:
-            raise ValueError(f"q must be (..., num_heads={self.num_heads}, q_len, d) for this T5RelativeBias, "
-                             f"got shape {q.shape}")
-        return self.bias(q.shape[-2], k.shape[-2]).astype(q.dtype, copy=False), None
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
+        check_heads(q, "q", self.num_heads, axes="q_len, d")
+        w = self._weight()
+        buckets = _bucket_map(q.shape[-2], k.shape[-2], self.num_buckets, self.max_distance, self.bidirectional)
+        return _bias(w, buckets).astype(q.dtype, copy=False), w
 
     def logits_backward(self, dlogits, cache):
         """Hook: the bias does not depend on ``q`` or ``k``; only the table gets a gradient."""
-        self.bias_backward(dlogits)
+        self._table_grad(dlogits, cache)
         return None, None

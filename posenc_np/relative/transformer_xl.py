@@ -32,10 +32,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import as_float_array, check_alloc, check_int, check_real
-from .._util import normal_init
-from ..absolute import sinusoidal
-from ..attention import Hook, check_hook_args
+from .._checks import (
+    as_float_array,
+    check_alloc,
+    check_even,
+    check_heads,
+    check_hook_args,
+    check_int,
+    check_real,
+)
+from .._util import memo_table, normal_init
+from ..absolute import _frequencies, _sinusoid, sinusoidal_frequencies
+from ..attention import Hook
 
 __all__ = ["TransformerXLRelative", "rel_shift", "rel_shift_backward", "txl_relative_sinusoid"]
 
@@ -70,7 +78,10 @@ def rel_shift(x) -> np.ndarray:
     -------
     ndarray, same shape and dtype as ``x`` (integers become float64).
     """
-    x = as_float_array(x, "x", ndim_min=2)
+    return _rel_shift(as_float_array(x, "x", ndim_min=2))
+
+
+def _rel_shift(x: np.ndarray) -> np.ndarray:
     lead, (q_len, k_len) = x.shape[:-2], x.shape[-2:]
     padded = np.concatenate([np.zeros(lead + (q_len, 1), dtype=x.dtype), x], axis=-1)
     flat = padded.reshape(lead + (q_len * (k_len + 1),))
@@ -85,7 +96,10 @@ def rel_shift_backward(dout) -> np.ndarray:
     of ``x`` whose buffer slot precedes ``Q`` are never read and get zero gradient
     (``x[0, :Q-1]`` when ``Q <= K + 1``).
     """
-    dout = as_float_array(dout, "dout", ndim_min=2)
+    return _rel_shift_backward(as_float_array(dout, "dout", ndim_min=2))
+
+
+def _rel_shift_backward(dout: np.ndarray) -> np.ndarray:
     lead, (q_len, k_len) = dout.shape[:-2], dout.shape[-2:]
     buf = np.zeros(lead + (q_len * (k_len + 1),), dtype=dout.dtype)
     buf[..., q_len:] = dout.reshape(lead + (q_len * k_len,))
@@ -105,12 +119,22 @@ def txl_relative_sinusoid(k_len: int, dim: int, *, base: float = 10000.0, clamp_
     ndarray, float64, shape ``(k_len, dim)``
     """
     k_len = check_int(k_len, "k_len", minimum=0)
-    check_alloc((k_len,), np.int64, "relative distances (k_len,)")  # (the sinusoid checks k_len x dim)
+    check_alloc((k_len,), np.int64, "relative distances (k_len,)")
+    dim = check_int(dim, "dim", minimum=1)
+    check_alloc((k_len, dim), np.float64, "sinusoidal table positions.shape + (dim,)")
+    base = check_real(base, "base", positive=True)
+    sinusoidal_frequencies(dim, base=base)  # (checks an even dim and base != 1)
+    clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
+    return _txl_sinusoid(k_len, dim, base, clamp_len).copy()
+
+
+@memo_table
+def _txl_sinusoid(k_len: int, dim: int, base: float, clamp_len) -> np.ndarray:
+    """``R`` for checked arguments, kept per (length, configuration)."""
     dist = np.arange(k_len - 1, -1, -1, dtype=np.int64)
     if clamp_len is not None:
-        clamp_len = check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
         dist = np.minimum(dist, clamp_len)
-    return sinusoidal(dist, dim, base=base, layout="concat")
+    return _sinusoid(dist, _frequencies(dim, base), "concat")
 
 
 def _sum_leading(x: np.ndarray, keep: int) -> np.ndarray:
@@ -160,12 +184,10 @@ class TransformerXLRelative(Hook):
                  clamp_len=None, seed=None, init_std: float = 0.02):
         self.num_heads = check_int(num_heads, "num_heads", minimum=1)
         self.head_dim = check_int(head_dim, "head_dim", minimum=1)
-        self.d_model_r = check_int(d_model_r, "d_model_r", minimum=2)
-        if self.d_model_r % 2:
-            raise ValueError(f"d_model_r must be even (sin and cos halves), got {self.d_model_r}")
+        self.d_model_r = check_even(d_model_r, "d_model_r")
         self.base = check_real(base, "base", positive=True)
         self.clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
-        txl_relative_sinusoid(1, self.d_model_r, base=self.base)  # validates base
+        sinusoidal_frequencies(self.d_model_r, base=self.base)  # (checks base != 1)
         init_std = check_real(init_std, "init_std", nonnegative=True)
         check_alloc((self.d_model_r, self.num_heads * self.head_dim), np.float64, "W_r (d_model_r, num_heads * head_dim)")
         rng = np.random.default_rng(seed)
@@ -177,32 +199,32 @@ class TransformerXLRelative(Hook):
         }
         self.grads = {key: np.zeros_like(val) for key, val in self.params.items()}
 
-    def _check(self, q, k):
-        for name, x in (("q", q), ("k", k)):
-            if x.ndim < 3 or x.shape[-3] != self.num_heads or x.shape[-1] != self.head_dim:
-                raise ValueError(f"{name} must be (..., num_heads={self.num_heads}, len, head_dim={self.head_dim}), "
-                                 f"got shape {x.shape}")
-
     def relative_keys(self, k_len: int) -> tuple[np.ndarray, np.ndarray]:
         r"""``(R, r)``: the sinusoid ``(k_len, d_r)`` and per-head keys :math:`r = R W_r`,
         ``(H, k_len, d)``, row :math:`m` for distance :math:`k_{len}-1-m`."""
-        big_r = txl_relative_sinusoid(k_len, self.d_model_r, base=self.base, clamp_len=self.clamp_len)
+        k_len = check_int(k_len, "k_len", minimum=0)
+        check_alloc((k_len, self.d_model_r), np.float64, "sinusoidal table positions.shape + (dim,)")
+        return self._relative_keys(k_len)
+
+    def _relative_keys(self, k_len: int):
+        big_r = _txl_sinusoid(k_len, self.d_model_r, self.base, self.clamp_len)
         r = (big_r @ self.params["W_r"]).reshape(k_len, self.num_heads, self.head_dim).transpose(1, 0, 2)
         return big_r, r
 
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         """Return ``scale * (u.k_j + rel_shift((q + v) r^T))``, shape ``(..., H, q_len, k_len)``."""
-        q, k, scale = check_hook_args(q, k, scale)
-        self._check(q, k)
+        q, k, scale, mask = check_hook_args(q, k, scale, mask)
+        check_heads(q, "q", self.num_heads, self.head_dim)
+        check_heads(k, "k", self.num_heads, self.head_dim)
         dtype = q.dtype
-        big_r, r = self.relative_keys(k.shape[-2])
+        big_r, r = self._relative_keys(k.shape[-2])
         u = self.params["u"].astype(dtype, copy=False)
         v = self.params["v"].astype(dtype, copy=False)
         r = r.astype(dtype, copy=False)
         uk = np.einsum("hd,...hkd->...hk", u, k)[..., None, :]        # (c): u.k_j, same for every row
         qv = q + v[:, None, :]
         x = qv @ np.swapaxes(r, -1, -2)                                 # column m <-> distance k_len-1-m
-        term = scale * (uk + rel_shift(x))                              # (b)+(d) realigned to distance i-j
+        term = scale * (uk + _rel_shift(x))                             # (b)+(d) realigned to distance i-j
         return term.astype(dtype, copy=False), (k, qv, big_r, r, scale)
 
     def logits_backward(self, dlogits, cache):
@@ -216,7 +238,7 @@ class TransformerXLRelative(Hook):
         g = scale * np.asarray(dlogits)
         gk = g.sum(axis=-2)                                              # (..., H, K)
         dk = gk[..., None] * self.params["u"].astype(g.dtype, copy=False)[:, None, :]
-        gx = rel_shift_backward(g)
+        gx = _rel_shift_backward(g)
         dq = gx @ r
         dr = _sum_leading(np.swapaxes(gx, -1, -2) @ qv, 3)                 # (H, K, d)
         k_len = k.shape[-2]
