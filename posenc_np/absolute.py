@@ -276,7 +276,10 @@ def fuse(x, p, mode: str = "add") -> np.ndarray:
     wider); ``multiply``: :math:`x \odot p`. ``p`` broadcasts against ``x``'s leading axes
     (typically ``p`` is ``(L, d_p)`` and ``x`` is ``(B, L, d)``).
     """
-    x, p, mode = _check_fusion(x, p, mode)
+    return _fuse(*_check_fusion(x, p, mode))
+
+
+def _fuse(x: np.ndarray, p: np.ndarray, mode: str) -> np.ndarray:
     if mode == "add":
         return x + p
     if mode == "multiply":
@@ -295,6 +298,10 @@ def fuse_backward(dy, x, p, mode: str = "add") -> tuple[np.ndarray, np.ndarray]:
     out_shape = x.shape[:-1] + (x.shape[-1] + p.shape[-1],) if mode == "concat" else x.shape
     if dy.shape != out_shape:
         raise ValueError(f"dy must have the shape of fuse's output {out_shape}, got {dy.shape}")
+    return _fuse_backward(dy, x, p, mode)
+
+
+def _fuse_backward(dy: np.ndarray, x: np.ndarray, p: np.ndarray, mode: str) -> tuple[np.ndarray, np.ndarray]:
     if mode == "add":
         return dy, sum_to_shape(dy, p.shape)
     if mode == "multiply":

@@ -321,6 +321,11 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
         m = check_slopes(slopes, heads)
     else:  # no heads (a zero-size axis): nothing to bias
         m = _slopes(heads, 8.0) if heads else np.zeros(0)
+    return _attention(q, k, v, m, causal, scale, backend)
+
+
+def _attention(q, k, v, m: np.ndarray, causal: bool, scale: float, backend: str):
+    """The body of :func:`attention` for checked arguments (slopes ``m``)."""
     resolved = _resolve_backend(backend, q, k)
     out, inner = _FORWARD[resolved](q, k, v, m, causal, scale)
     return out, {"backend": resolved, "inner": inner}

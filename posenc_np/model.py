@@ -12,23 +12,10 @@ Architecture (GPT-2 style, pre-LayerNorm), for tokens :math:`t_1 \dots t_T`:
 ``causal=True`` is a decoder (causal self-attention, KV-cache decoding); ``causal=False`` an
 encoder (bidirectional attention, same layers).
 
-The position encoding is chosen by name from :data:`REGISTRY`; each entry is a small adapter
-class that says *where* the encoding acts:
-
-==================  =========  ==========================================================
-name                level      what the adapter does
-==================  =========  ==========================================================
-``none``            none       NoPE: nothing (causal attention alone carries order)
-``learned``         embedding  learned table, fused with the token embedding
-``sinusoidal``      embedding  Vaswani sinusoid, fused with the token embedding
-``rope``            q/k        rotates q and k (any Hugging Face scaling dict)
-``xpos``            q/k        RoPE with the xPos scale (centre ``"none"``)
-``alibi``           logits     :func:`posenc_np.alibi.attention` (fused kernel when wired)
-``t5``              logits     :class:`~posenc_np.relative.T5RelativeBias` hook
-``shaw``            logits     :class:`~posenc_np.relative.ShawRelativeAttention` hook
-``transformer_xl``  logits     Transformer-XL relative hook
-``deberta``         logits     DeBERTa disentangled hook, scale ``1/sqrt(d (1 + terms))``
-==================  =========  ==========================================================
+The position encoding is chosen by name from :data:`REGISTRY` (:mod:`posenc_np.registry`,
+the one place that describes each encoding: where it acts, its options and defaults) and
+wrapped in a :class:`PositionEncoding`, which applies it at its stage: the embedding, the
+rotation of queries and keys, or the attention logits (a hook, or a fused attention).
 
 Absolute encodings take ``fusion`` ``add`` (:math:`x + p`), ``multiply`` (:math:`x \odot p`)
 or ``concat`` (:math:`[x, p]`). ``concat`` keeps the residual width ``d_model``: the token
@@ -56,10 +43,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from . import absolute, alibi
+from . import absolute
 from . import attention as attn
 from ._checks import as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
 from .layers import GELU, GELU_APPROXIMATIONS, Embedding, LayerNorm, Linear
+from .registry import REGISTRY, default_scale
 
 EMBED_SCALES = ("none", "sqrt_d")
 
@@ -179,402 +167,112 @@ class KVCache:
     extra: dict = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------- position adapters
+# --------------------------------------------------------------------------- the position encoding
 
 class PositionEncoding:
-    """Adapter base class: says where an encoding acts. The defaults contribute nothing (NoPE).
+    """The encoding ``cfg.position`` as the model applies it, built from its :data:`REGISTRY` entry.
 
-    Hooks a subclass may override:
+    Every stage is a no-op unless the entry acts there:
 
-    - embedding level: ``token_width``, ``embed(x, positions)``, ``embed_backward(dx)``;
-    - q/k level: ``begin(start, length, cache)`` (per forward call), ``rotate(q, k)``,
-      ``rotate_backward(dq, dk)``;
-    - logits level: ``attend(layer, q, k, v, causal)`` and ``attend_backward(layer, dout, cache)``.
+    - embedding: ``token_width``, ``embed(x, positions)``, ``embed_backward(dx)``;
+    - rotation: ``begin(start, length, cache)`` (per forward call: tables, KV-cache frequencies),
+      ``rotate(q, k)``, ``rotate_backward(dq, dk)``;
+    - attention: ``attend(layer, q, k, v, causal)`` and ``attend_backward(layer, dout, cache)``
+      (the attention core with the layer's hook, or the entry's fused attention).
 
     Parameter holders (objects with ``params``/``grads``) are returned by ``modules()``
-    (model-wide, e.g. ``{"pos_emb": table}``: parameters ``pos_emb.weight``) and
-    ``layer_modules(i)`` (``{"pos": hook}``: parameters ``blocks.i.pos.*``).
-    """
+    (model-wide: ``{"pos_emb": table}``, parameters ``pos_emb.weight``) and ``layer_modules(i)``
+    (``{"pos": hook}``: parameters ``blocks.i.pos.*``). The tables an encoding needs (frequencies,
+    cos/sin, sinusoid rows, bucket maps) are computed once per configuration and length, not per
+    forward.
 
-    name = "none"
-    level = "none"
-    absolute = False
-    #: None when step-by-step decoding with a KV cache is defined, else the reason it is not.
-    kv_cache_unsupported: str | None = None
-    #: True when the encoding is only defined for a causal decoder.
-    decoder_only = False
+    Rotary encodings recompute frequencies that depend on the current length (``dynamic``,
+    ``longrope``) with ``seq_len = start + length``; cached keys rotated with older frequencies
+    are moved to the new ones with :func:`posenc_np.rope.rerotate`. That makes cached decoding
+    equal to a recompute of the prefix for a one-layer model only: in deeper layers the cached
+    keys and values of earlier tokens were *computed* under the old frequencies (Hugging Face
+    has the same behaviour). Logit encodings place query ``i`` at ``i + k_len - q_len``
+    (bottom-right, like the causal mask), so one hook serves a full forward and cached decoding.
+    """
 
     def __init__(self, cfg: ModelConfig, rng: np.random.Generator):
-        self.cfg = cfg
-        self.options = dict(cfg.position_options)
+        entry = REGISTRY[cfg.position]
+        self.entry, self.cfg, self.name, self.level = entry, cfg, entry.name, entry.acts
         self.dtype = np.dtype(cfg.dtype)
-
-    def _pop(self, key, default):
-        return self.options.pop(key, default)
-
-    def _done(self):
-        if self.options:
-            raise ValueError(f"unknown position_options for {self.name!r}: {sorted(self.options)}")
-
-    # parameters
-    def modules(self) -> dict:
-        return {}
-
-    def layer_modules(self, layer: int) -> dict:
-        return {}
-
-    # embedding level
-    @property
-    def token_width(self) -> int:
-        return self.cfg.d_model
-
-    def embed(self, x, positions):
-        return x
-
-    def embed_backward(self, dx):
-        return dx
-
-    # q/k level
-    def begin(self, start: int, length: int, cache: KVCache | None) -> None:
-        pass
-
-    def rotate(self, q, k):
-        return q, k
-
-    def rotate_backward(self, dq, dk):
-        return dq, dk
-
-    # logits level
-    def attend(self, layer: int, q, k, v, causal: bool):
-        return attn.forward(q, k, v, causal=causal)
-
-    def attend_backward(self, layer: int, dout, cache):
-        g = attn.backward(dout, cache)
-        return g["q"], g["k"], g["v"]
-
-
-class NoPE(PositionEncoding):
-    """``none``: no position information beyond the causal mask (Kazemnejad et al. 2023)."""
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        self._done()
-
-
-class _Absolute(PositionEncoding):
-    """Embedding-level encodings: :math:`h^{(0)} = \\mathrm{fuse}(E[t], p(\\text{positions}))`."""
-
-    level = "embedding"
-    absolute = True
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        d = cfg.d_model
-        if cfg.fusion == "concat":
-            self.d_pos = check_int(self._pop("dim", d // 2), "position_options['dim']", minimum=1)
-            if self.d_pos >= d:
-                raise ValueError(f"concat position dim ({self.d_pos}) must be < d_model ({d})")
-        else:
-            self.d_pos = d
-        self._saved = None
-
-    @property
-    def token_width(self) -> int:
-        return self.cfg.d_model - self.d_pos if self.cfg.fusion == "concat" else self.cfg.d_model
-
-    def vectors(self, positions):  # (T,) -> (T, d_pos)
-        raise NotImplementedError
-
-    def vectors_backward(self, dp):
-        pass
-
-    def embed(self, x, positions):
-        p = self.vectors(positions)
-        self._saved = (x, p)
-        return absolute.fuse(x, p, self.cfg.fusion)
-
-    def embed_backward(self, dx):
-        x, p = self._saved
-        dtok, dp = absolute.fuse_backward(dx, x, p, self.cfg.fusion)
-        self.vectors_backward(dp)
-        return dtok
-
-
-class LearnedAbsolute(_Absolute):
-    """``learned``: :class:`posenc_np.absolute.LearnedPositionalEmbedding` with ``max_len`` rows.
-
-    Positions past the table raise ``ValueError`` (it cannot extrapolate)."""
-
-    name = "learned"
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        self._done()
-        self.table = absolute.LearnedPositionalEmbedding(cfg.max_len, self.d_pos, seed=rng, init_std=cfg.init_std)
-        w = self.table.params["weight"].astype(self.dtype)
-        if cfg.fusion == "multiply":
-            w += 1.0
-        self.table.params["weight"] = w
-        self.table.grads["weight"] = np.zeros_like(w)
-
-    def modules(self):
-        return {"pos_emb": self.table}
-
-    def vectors(self, positions):
-        return self.table.forward(positions)
-
-    def vectors_backward(self, dp):
-        self.table.backward(dp)
-
-
-class SinusoidalAbsolute(_Absolute):
-    """``sinusoidal``: :func:`posenc_np.absolute.sinusoidal` (options ``base``, ``layout``)."""
-
-    name = "sinusoidal"
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        self.base = check_real(self._pop("base", 10000.0), "position_options['base']", positive=True)
-        self.layout = check_choice(self._pop("layout", "interleaved"), "position_options['layout']",
-                                   absolute.SINUSOIDAL_LAYOUTS)
-        self._done()
-        if self.d_pos % 2:
-            raise ValueError(f"the sinusoidal width must be even, got {self.d_pos}")
-
-    def vectors(self, positions):
-        return absolute.sinusoidal(positions, self.d_pos, base=self.base, layout=self.layout, dtype=self.dtype)
-
-
-class Rotary(PositionEncoding):
-    """``rope``: rotate q and k per head (Su et al. 2021) with :mod:`posenc_np.rope`.
-
-    Options: ``base`` (10000), ``scaling`` (a Hugging Face rope dict, verbatim), ``layout``
-    (``"half"``), ``rotary_dim`` (default the head dim; partial rotary below it),
-    ``max_position_embeddings`` (default ``max_len``). Frequencies that depend on the
-    current length (``dynamic``, ``longrope``) are recomputed per call with
-    ``seq_len = start + length``; cached keys rotated with older frequencies are moved to
-    the new ones with :func:`posenc_np.rope.rerotate`. That makes cached decoding equal to a
-    recompute of the prefix for a one-layer model only: in deeper layers the cached keys and
-    values of earlier tokens were *computed* under the old frequencies (Hugging Face has the
-    same behaviour).
-    """
-
-    name = "rope"
-    level = "qk"
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        from . import rope  # noqa: PLC0415 (lazy: keeps `import posenc_np.model` cheap)
-
-        self._rope = rope
-        self.base = self._pop("base", 10000.0)
-        self.scaling = self._pop("scaling", None)
-        self.layout = check_choice(self._pop("layout", "half"), "position_options['layout']", rope.LAYOUTS)
-        self.rotary_dim = check_int(self._pop("rotary_dim", cfg.head_dim), "position_options['rotary_dim']", minimum=2)
-        self.max_pos = check_int(self._pop("max_position_embeddings", cfg.max_len),
-                                 "position_options['max_position_embeddings']", minimum=1)
-        self._extra_options()
-        self._done()
-        if self.rotary_dim % 2 or self.rotary_dim > cfg.head_dim:
-            raise ValueError(f"rotary_dim must be even and <= head_dim={cfg.head_dim}, got {self.rotary_dim}")
-        self.inv_freq(cfg.max_len)  # validate the scaling dict now, not at the first forward
-        self._tables = None
-
-    def _extra_options(self):
-        pass
-
-    def inv_freq(self, seq_len: int):
-        return self._rope.inv_freq(self.rotary_dim, base=self.base, scaling=self.scaling, seq_len=seq_len,
-                                   max_position_embeddings=self.max_pos)
-
-    def _cos_sin(self, positions, inv_freq, factor, role):
-        return self._rope.cos_sin(positions, inv_freq, attention_factor=factor, layout=self.layout, dtype=self.dtype)
-
-    def begin(self, start, length, cache):
-        freq, factor = self.inv_freq(start + length)
-        if cache is not None:
-            old = cache.extra.get("inv_freq")
-            if old is not None and not np.array_equal(old, freq):
-                kpos = np.arange(start)
-                cache.keys = [self._rope.rerotate(k, kpos, old, freq, layout=self.layout) for k in cache.keys]
-            cache.extra["inv_freq"] = freq
-        pos = np.arange(start, start + length)
-        self._tables = (self._cos_sin(pos, freq, factor, "query"), self._cos_sin(pos, freq, factor, "key"))
-
-    def rotate(self, q, k):
-        (cq, sq), (ck, sk) = self._tables
-        return (self._rope.apply(q, cq, sq, layout=self.layout), self._rope.apply(k, ck, sk, layout=self.layout))
-
-    def rotate_backward(self, dq, dk):
-        (cq, sq), (ck, sk) = self._tables
-        return (self._rope.apply_backward(dq, cq, sq, layout=self.layout),
-                self._rope.apply_backward(dk, ck, sk, layout=self.layout))
-
-
-class XPos(Rotary):
-    """``xpos``: RoPE times :math:`\\zeta_i^{\\pm p/B}` (Sun et al. 2022), centre ``"none"``.
-
-    Option ``scale_base`` :math:`B` (512). The centre is 0 so that a key's scale does not
-    depend on the total length (a KV cache stays valid); q·k only sees :math:`\\zeta^{(m-n)/B}`.
-    Frequency scaling dicts are not combined with xPos here."""
-
-    name = "xpos"
-
-    def _extra_options(self):
-        self.scale_base = check_real(self._pop("scale_base", 512.0), "position_options['scale_base']", positive=True)
-        if self.scaling is not None:
-            raise ValueError("xpos does not take a RoPE scaling dict here")
-
-    def _cos_sin(self, positions, inv_freq, factor, role):
-        return self._rope.xpos_cos_sin(positions, inv_freq, role=role, centre="none", scale_base=self.scale_base,
-                                       layout=self.layout, dtype=self.dtype)
-
-
-class ALiBi(PositionEncoding):
-    """``alibi``: :func:`posenc_np.alibi.attention` (causal form for the decoder, symmetric for
-    the encoder; fixed slopes :func:`posenc_np.alibi.slopes`)."""
-
-    name = "alibi"
-    level = "logits"
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        self._done()
-
-    def attend(self, layer, q, k, v, causal):
-        return alibi.attention(q, k, v, causal=causal)
-
-    def attend_backward(self, layer, dout, cache):
-        g = alibi.attention_backward(dout, cache)
-        return g["q"], g["k"], g["v"]
-
-
-class _RelativeHook(PositionEncoding):
-    """Logits-level encodings given as a :class:`posenc_np.attention.Hook`, one per layer.
-
-    Every hook here places query ``i`` at position ``i + k_len - q_len`` (bottom-right, like
-    the causal mask), so the same hook serves a full forward and cached decoding."""
-
-    level = "logits"
-
-    def __init__(self, cfg, rng):
-        super().__init__(cfg, rng)
-        from . import relative  # noqa: PLC0415
-
-        self._relative = relative
-        self.configure()
-        self._done()
-        self.hooks = [self.make_hook(rng) for _ in range(cfg.n_layers)]
+        self.options = entry.resolve(cfg)
+        self.vectors = entry.build(cfg, self.options, rng) if entry.acts == "embedding" else None
+        self.rotary = entry.build(cfg, self.options, rng) if entry.acts == "rotation" else None
+        self.hooks = [entry.build(cfg, self.options, rng) for _ in range(cfg.n_layers)] if entry.acts == "logits" else []
         for hook in self.hooks:  # hooks initialise in float64; train in the model's dtype
             for key in hook.params:
                 hook.params[key] = np.asarray(hook.params[key], dtype=self.dtype)
                 hook.grads[key] = np.zeros_like(hook.params[key])
+        self.scale = entry.scale(cfg, self.options) if entry.scale is not None else default_scale(cfg)
+        self._saved = None
 
-    def configure(self):
-        pass
+    @property
+    def absolute(self) -> bool:
+        return self.entry.absolute
 
-    def make_hook(self, rng):
-        raise NotImplementedError
+    @property
+    def decoder_only(self) -> bool:
+        return self.entry.decoder_only
 
-    def scale(self):
-        return None
+    @property
+    def kv_cache_unsupported(self) -> str | None:
+        return self.entry.kv_cache_unsupported
 
-    def layer_modules(self, layer):
-        return {"pos": self.hooks[layer]}
+    # parameters
+    def modules(self) -> dict:
+        return {"pos_emb": self.vectors} if self.vectors is not None and self.vectors.params else {}
 
-    def attend(self, layer, q, k, v, causal):
-        return attn.forward(q, k, v, causal=causal, scale=self.scale(), hooks=(self.hooks[layer],))
+    def layer_modules(self, layer: int) -> dict:
+        return {"pos": self.hooks[layer]} if self.hooks else {}
 
+    # embedding: h = fuse(E[t], p)
+    @property
+    def token_width(self) -> int:
+        concat = self.vectors is not None and self.cfg.fusion == "concat"
+        return self.cfg.d_model - self.vectors.dim if concat else self.cfg.d_model
 
-class T5Bias(_RelativeHook):
-    """``t5``: learned bucketed bias :class:`~posenc_np.relative.T5RelativeBias` (Raffel et al. 2020).
+    def embed(self, x, positions):
+        if self.vectors is None:
+            return x
+        p = self.vectors.forward(positions)
+        self._saved = (x, p)
+        return absolute._fuse(x, p, self.cfg.fusion)
 
-    Options ``num_buckets`` (32), ``max_distance`` (128); bidirectional buckets for the
-    encoder, unidirectional for the decoder (as T5's ``is_decoder``). The bias is added to
-    logits scaled by ``1/sqrt(d)`` (T5 itself folds the scale into its initialisation)."""
+    def embed_backward(self, dx):
+        if self.vectors is None:
+            return dx
+        x, p = self._saved
+        dtok, dp = absolute._fuse_backward(dx, x, p, self.cfg.fusion)
+        self.vectors.backward(dp)
+        return dtok
 
-    name = "t5"
+    # rotation of queries and keys
+    def begin(self, start: int, length: int, cache: KVCache | None) -> None:
+        if self.rotary is not None:
+            self.rotary.begin(start, length, cache)
 
-    def configure(self):
-        self.num_buckets = self._pop("num_buckets", 32)
-        self.max_distance = self._pop("max_distance", 128)
+    def rotate(self, q, k, *, in_place: bool = False):
+        return self.rotary.rotate(q, k, in_place=in_place) if self.rotary is not None else (q, k)
 
-    def make_hook(self, rng):
-        return self._relative.T5RelativeBias(self.cfg.n_heads, num_buckets=self.num_buckets,
-                                             max_distance=self.max_distance, bidirectional=not self.cfg.causal,
-                                             seed=rng, init_std=self.cfg.init_std)
+    def rotate_backward(self, dq, dk, *, in_place: bool = False):
+        return self.rotary.rotate(dq, dk, inverse=True, in_place=in_place) if self.rotary is not None else (dq, dk)
 
+    # attention
+    def attend(self, layer: int, q, k, v, causal: bool):
+        hook = self.hooks[layer] if self.hooks else None
+        if self.entry.attention is not None:
+            return self.entry.attention(q, k, v, causal=causal, hook=hook, scale=self.scale)
+        keep = attn._keep(None, causal, q.shape[-2], k.shape[-2])
+        return attn._forward(q, k, v, None, keep, self.scale, () if hook is None else (hook,))
 
-class Shaw(_RelativeHook):
-    """``shaw``: relative keys and values clipped at ``max_relative_position`` (option, default 16;
-    Shaw et al. 2018), :class:`~posenc_np.relative.ShawRelativeAttention`; option ``use_values`` (True)."""
-
-    name = "shaw"
-
-    def configure(self):
-        self.max_rel = self._pop("max_relative_position", 16)
-        self.use_values = self._pop("use_values", True)
-
-    def make_hook(self, rng):
-        return self._relative.ShawRelativeAttention(self.cfg.head_dim, self.max_rel, use_values=self.use_values,
-                                                    seed=rng, init_std=self.cfg.init_std)
-
-
-class TransformerXL(_RelativeHook):
-    """``transformer_xl``: :class:`~posenc_np.relative.TransformerXLRelative` (Dai et al. 2019),
-    sinusoid width ``d_model`` (option ``d_r``), per-layer ``u``, ``v``, ``W_r``. Decoder only:
-    ``rel_shift`` leaves unrelated values above the diagonal that only a causal mask hides."""
-
-    name = "transformer_xl"
-    decoder_only = True
-
-    def configure(self):
-        self.d_r = self._pop("d_r", self.cfg.d_model)
-        if not self.cfg.causal:
-            raise ValueError("transformer_xl needs causal=True: its rel_shift fills future-key logits with values "
-                             "of the next query row, which only the causal mask hides")
-
-    def make_hook(self, rng):
-        return self._relative.TransformerXLRelative(self.cfg.n_heads, self.cfg.head_dim, self.d_r, seed=rng,
-                                                    init_std=self.cfg.init_std)
-
-
-class DeBERTa(_RelativeHook):
-    """``deberta``: disentangled c2p + p2c (He et al. 2021), :class:`~posenc_np.relative.DebertaDisentangled`
-    with the paper's p2c index, logits scaled by ``1/sqrt(d (1 + 2))``. Options
-    ``max_relative_positions`` (default ``max_len``, as HF falls back to
-    ``max_position_embeddings``), ``position_buckets`` (-1: none), ``pos_att_type`` ("c2p|p2c")."""
-
-    name = "deberta"
-
-    def configure(self):
-        self.max_rel = self._pop("max_relative_positions", self.cfg.max_len)
-        self.buckets = self._pop("position_buckets", -1)
-        self.att_type = self._pop("pos_att_type", "c2p|p2c")
-        self._scale = self._relative.deberta_scale(self.cfg.head_dim, self.att_type)
-
-    def scale(self):
-        return self._scale
-
-    def make_hook(self, rng):
-        return self._relative.DebertaDisentangled(self.cfg.n_heads, self.cfg.head_dim, position_buckets=self.buckets,
-                                                  max_relative_positions=self.max_rel, pos_att_type=self.att_type,
-                                                  seed=rng, init_std=self.cfg.init_std)
-
-
-#: Encoding name -> adapter class (see the module docstring for where each acts).
-REGISTRY: dict[str, type[PositionEncoding]] = {
-    "none": NoPE,
-    "learned": LearnedAbsolute,
-    "sinusoidal": SinusoidalAbsolute,
-    "rope": Rotary,
-    "xpos": XPos,
-    "alibi": ALiBi,
-    "t5": T5Bias,
-    "shaw": Shaw,
-    "transformer_xl": TransformerXL,
-    "deberta": DeBERTa,
-}
+    def attend_backward(self, layer: int, dout, cache):
+        fused = self.entry.attention_backward
+        g = fused(dout, cache) if fused is not None else attn._backward(dout, cache)
+        return g["q"], g["k"], g["v"]
 
 
 # --------------------------------------------------------------------------- blocks
@@ -602,8 +300,8 @@ class Block:
     def forward(self, h, cache: KVCache | None):
         H = self.cfg.n_heads
         qkv = self.qkv.forward(self.ln1.forward(h))
-        q, k, v = (attn.split_heads(t, H) for t in np.split(qkv, 3, axis=-1))
-        q, k = self.pos.rotate(q, k)
+        q, k, v = (attn._split_heads(t, H) for t in np.split(qkv, 3, axis=-1))
+        q, k = self.pos.rotate(q, k, in_place=True)  # q, k are views of qkv, which the block owns
         if cache is not None:
             i = self.index
             if len(cache.keys) <= i:
@@ -612,14 +310,14 @@ class Block:
             k = cache.keys[i] = np.concatenate([cache.keys[i], k], axis=-2)
             v = cache.values[i] = np.concatenate([cache.values[i], v], axis=-2)
         out, self._attn_cache = self.pos.attend(self.index, q, k, v, self.cfg.causal)
-        a = h + self.proj.forward(attn.merge_heads(out))
+        a = h + self.proj.forward(attn._merge_heads(out))
         return a + self.fc2.forward(self.act.forward(self.fc1.forward(self.ln2.forward(a))))
 
     def backward(self, dh):
         da = dh + self.ln2.backward(self.fc1.backward(self.act.backward(self.fc2.backward(dh))))
-        dout = attn.split_heads(self.proj.backward(da), self.cfg.n_heads)
+        dout = attn._split_heads(self.proj.backward(da), self.cfg.n_heads)
         dq, dk, dv = self.pos.attend_backward(self.index, dout, self._attn_cache)
-        dq, dk = self.pos.rotate_backward(dq, dk)
+        dq, dk = self.pos.rotate_backward(dq, dk, in_place=True)  # fresh gradients of the attention
         # merge_heads of dq, dk, dv written straight into the (B, T, 3 * d_model) gradient:
         # dqkv[b, t, j*d + h*hd + e] = dj[b, h, t, e] for j = q, k, v (one copy each)
         B, H, T, hd = dq.shape
@@ -645,14 +343,14 @@ class Transformer:
     grads : dict of str to ndarray
         Same keys, written by :meth:`backward`.
     pos : PositionEncoding
-        The adapter chosen from :data:`REGISTRY`.
+        The encoding chosen from :data:`REGISTRY`.
     """
 
     def __init__(self, cfg: ModelConfig):
         self.cfg = cfg.validate()
         rng = np.random.default_rng(cfg.seed)
         dt = np.dtype(cfg.dtype)
-        self.pos = REGISTRY[cfg.position](cfg, rng)
+        self.pos = PositionEncoding(cfg, rng)
         d_tok = self.pos.token_width
         self.embed_scale = math.sqrt(d_tok) if cfg.embed_scale == "sqrt_d" else 1.0
         self.tok_emb = Embedding(cfg.vocab_size, d_tok, rng=rng, dtype=dt,
