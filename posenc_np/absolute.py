@@ -23,8 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _exact
-from ._checks import (as_float_array, as_int_array, as_positions, check_alloc, check_choice, check_float_dtype,
-                      check_int, check_real)
+from ._checks import check_grad
+from ._table_checks import (check_fusion, check_learned_table, check_sinusoid, check_sinusoid_table, check_table_rows,
+                            check_timing_signal)
 from ._util import normal_init, scatter_add_rows, sum_to_shape
 
 __all__ = [
@@ -56,15 +57,7 @@ def sinusoidal_frequencies(dim: int, *, base: float = 10000.0) -> np.ndarray:
         Each value correctly rounded; the array also carries the 256-bit values (see
         :func:`posenc_np.rope.inv_freq`).
     """
-    dim = check_int(dim, "dim", minimum=1)
-    if dim % 2:
-        raise ValueError(f"dim must be even for the sinusoidal encoding, got {dim} "
-                         "(timing_signal zero-pads odd widths)")
-    check_alloc((dim // 2,), np.float64, "frequencies (dim // 2,)")
-    base = check_real(base, "base", positive=True)
-    if base == 1.0:
-        raise ValueError("base must differ from 1 (every frequency would be 1)")
-    return _frequencies(dim, base)
+    return _frequencies(*check_sinusoid(dim, base))
 
 
 def _frequencies(dim: int, base: float):
@@ -126,11 +119,8 @@ def sinusoidal(positions, dim: int, *, base: float = 10000.0, layout: str = "int
         For positions :math:`|p| \ge 2^{53}`, or float positions past the range where their
         dtype holds every integer (float32: :math:`2^{24}`).
     """
-    layout = check_choice(layout, "layout", SINUSOIDAL_LAYOUTS)
-    dtype = check_float_dtype(dtype)
-    pos = as_positions(positions)
-    check_alloc(pos.shape + (check_int(dim, "dim", minimum=1),), np.float64, "sinusoidal table positions.shape + (dim,)")
-    return _sinusoid(pos, sinusoidal_frequencies(dim, base=base), layout).astype(dtype, copy=False)
+    pos, dim, base, layout, dtype = check_sinusoid_table(positions, dim, base, layout, SINUSOIDAL_LAYOUTS, dtype)
+    return _sinusoid(pos, _frequencies(dim, base), layout).astype(dtype, copy=False)
 
 
 def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timescale: float = 1.0e4,
@@ -164,17 +154,9 @@ def timing_signal(positions, dim: int, *, min_timescale: float = 1.0, max_timesc
     -------
     ndarray, shape ``positions.shape + (dim,)``
     """
-    dim = check_int(dim, "dim", minimum=1)
-    lo = check_real(min_timescale, "min_timescale", positive=True)
-    hi = check_real(max_timescale, "max_timescale", positive=True)
-    if hi < lo:
-        raise ValueError(f"max_timescale ({hi}) must be >= min_timescale ({lo})")
-    start_index = check_int(start_index, "start_index", minimum=-2**53, maximum=2**53)  # exact in float64
-    dtype = check_float_dtype(dtype)
+    pos, dim, lo, hi, start_index, dtype = check_timing_signal(positions, dim, min_timescale, max_timescale,
+                                                               start_index, dtype)
     n = dim // 2
-    pos = as_positions(positions)
-    check_alloc(pos.shape + (max(dim, 1),), np.float64, "timing signal positions.shape + (dim,)")
-    check_alloc((n,), np.float64, "timescales (dim // 2,)")
     ctx = _exact.mp()  # the timescales in extended precision, rounded once
     increment = ctx.log(ctx.mpf(hi) / lo) / max(n - 1, 1)
     inv_timescales = _exact.frequency_array([lo * ctx.exp(-increment * i) for i in range(n)])
@@ -211,31 +193,18 @@ class LearnedPositionalEmbedding:
     """
 
     def __init__(self, num_positions: int, dim: int, *, seed=None, init_std: float = 0.02):
-        self.num_positions = check_int(num_positions, "num_positions", minimum=1)
-        self.dim = check_int(dim, "dim", minimum=1)
-        init_std = check_real(init_std, "init_std", nonnegative=True)
-        check_alloc((self.num_positions, self.dim), np.float64, "learned table (num_positions, dim)")
+        self.num_positions, self.dim, init_std = check_learned_table(num_positions, dim, init_std)
         rng = np.random.default_rng(seed)
         self.params = {"weight": normal_init(rng, init_std, (self.num_positions, self.dim))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
         self._positions = None
-
-    def _check_positions(self, positions) -> np.ndarray:
-        pos = as_int_array(positions, "positions")
-        if pos.size and (pos.min() < 0 or pos.max() >= self.num_positions):
-            bad = pos[(pos < 0) | (pos >= self.num_positions)].reshape(-1)[0]
-            raise ValueError(
-                f"positions must lie in [0, {self.num_positions}) for a learned table of "
-                f"{self.num_positions} rows, got {int(bad)}; a learned table cannot extrapolate"
-            )
-        return pos
 
     def forward(self, positions) -> np.ndarray:
         """Look up rows: ``(...,)`` integer positions to ``(..., dim)``.
 
         The positions are copied: a caller may reuse its array before :meth:`backward`.
         """
-        self._positions = self._check_positions(positions).copy()
+        self._positions = check_table_rows(positions, self.num_positions).copy()
         return self.params["weight"][self._positions]
 
     def backward(self, dout) -> None:
@@ -245,28 +214,9 @@ class LearnedPositionalEmbedding:
         """
         if self._positions is None:
             raise RuntimeError("backward called before forward")
-        dout = as_float_array(dout, "dout")
-        expected = self._positions.shape + (self.dim,)
-        if dout.shape != expected:
-            raise ValueError(f"dout must have shape {expected}, got {dout.shape}")
+        dout = check_grad(dout, "dout", self._positions.shape + (self.dim,))
         self.grads["weight"] = scatter_add_rows(self._positions, dout.astype(self.params["weight"].dtype),
                                                 self.num_positions)
-
-
-def _check_fusion(x, p, mode):
-    mode = check_choice(mode, "mode", FUSIONS)
-    x = as_float_array(x, "x", ndim_min=1)
-    p = as_float_array(p, "p", ndim_min=1)
-    # add/multiply: p broadcasts to x's whole shape; concat: to x's leading axes only
-    x_part, p_part = (x.shape, p.shape) if mode != "concat" else (x.shape[:-1], p.shape[:-1])
-    what = "x's shape" if mode != "concat" else "x's leading axes"
-    try:
-        shape = np.broadcast_shapes(x_part, p_part)
-    except ValueError:
-        shape = None
-    if shape != x_part or p.ndim > x.ndim or p.ndim == 0:
-        raise ValueError(f"p of shape {p.shape} must broadcast to {what} {x_part} (mode {mode!r})")
-    return x, p, mode
 
 
 def fuse(x, p, mode: str = "add") -> np.ndarray:
@@ -276,7 +226,7 @@ def fuse(x, p, mode: str = "add") -> np.ndarray:
     wider); ``multiply``: :math:`x \odot p`. ``p`` broadcasts against ``x``'s leading axes
     (typically ``p`` is ``(L, d_p)`` and ``x`` is ``(B, L, d)``).
     """
-    return _fuse(*_check_fusion(x, p, mode))
+    return _fuse(*check_fusion(x, p, mode, FUSIONS))
 
 
 def _fuse(x: np.ndarray, p: np.ndarray, mode: str) -> np.ndarray:
@@ -293,11 +243,7 @@ def fuse_backward(dy, x, p, mode: str = "add") -> tuple[np.ndarray, np.ndarray]:
     ``add``: :math:`(dy, dy)`; ``multiply``: :math:`(dy \odot p, dy \odot x)`;
     ``concat``: the two slices of ``dy``.
     """
-    x, p, mode = _check_fusion(x, p, mode)
-    dy = as_float_array(dy, "dy")
-    out_shape = x.shape[:-1] + (x.shape[-1] + p.shape[-1],) if mode == "concat" else x.shape
-    if dy.shape != out_shape:
-        raise ValueError(f"dy must have the shape of fuse's output {out_shape}, got {dy.shape}")
+    x, p, mode, dy = check_fusion(x, p, mode, FUSIONS, dy)
     return _fuse_backward(dy, x, p, mode)
 
 

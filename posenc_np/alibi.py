@@ -41,8 +41,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import attention as _attn
-from ._checks import (check_alloc, check_bool, check_choice, check_exact_distances, check_float_dtype, check_hook_args,
-                      check_int, check_qkv, check_real, check_scale, check_slopes)
+from ._checks import check_choice, check_real
+from ._attention_checks import (check_alibi_attention, check_alibi_bias, check_alibi_cache, check_bias_budget,
+                                check_num_heads, check_qk_heads, check_slopes)
 from .attention import Hook
 from .positions import _grid
 
@@ -90,9 +91,7 @@ def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
     ----------
     Press et al. 2022, sec. 3; ``get_slopes`` in ofirpress/attention_with_linear_biases.
     """
-    num_heads = check_int(num_heads, "num_heads", minimum=1)
-    check_alloc((num_heads,), np.float64, "slopes (num_heads,)")
-    return _slopes(num_heads, check_real(max_bias, "max_bias", positive=True))
+    return _slopes(check_num_heads(num_heads), check_real(max_bias, "max_bias", positive=True))
 
 
 def _slopes(n: int, b: float) -> np.ndarray:
@@ -146,18 +145,9 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
         For a bias of more than :data:`MAX_BIAS_BYTES` bytes (the sizes are named), or a
         query-key distance past 2^53 (not exact in float64, where positions are computed).
     """
-    n = check_int(num_heads, "num_heads", minimum=1)
-    check_alloc((n,), np.float64, "slopes (num_heads,)")
-    q_len, q_offset = check_int(q_len, "q_len", minimum=0), check_int(q_offset, "q_offset")
-    k_len = q_offset + q_len if k_len is None else check_int(k_len, "k_len", minimum=0)
-    if k_len < 0:
-        raise ValueError(f"k_len defaults to q_offset + q_len, which is {k_len} < 0; pass k_len explicitly")
-    form = check_choice(form, "form", FORMS)
-    m = _slopes(n, 8.0) if slopes is None else check_slopes(slopes, n)
-    out_dtype = check_float_dtype(dtype) if dtype is not None else m.dtype
-    _check_budget((n, q_len, k_len), out_dtype, "bias (num_heads, q_len, k_len)")
-    check_exact_distances(q_len, k_len, q_offset, np.float64)
-    return _bias(m, q_len, k_len, form, q_offset, out_dtype)
+    n, q_len, k_len, form, m, q_offset, dtype = check_alibi_bias(num_heads, q_len, k_len, form, FORMS, slopes, q_offset,
+                                                                 dtype, MAX_BIAS_BYTES)
+    return _bias(_slopes(n, 8.0) if m is None else m, q_len, k_len, form, q_offset, dtype)
 
 
 def _bias(m: np.ndarray, q_len: int, k_len: int, form: str, q_offset: int, dtype) -> np.ndarray:
@@ -191,10 +181,8 @@ class ALiBiBias(Hook):
     """
 
     def __init__(self, num_heads: int, *, form: str = "causal", slopes=None):
-        num_heads = check_int(num_heads, "num_heads", minimum=1)
-        check_alloc((num_heads,), np.float64, "slopes (num_heads,)")
-        self._set(_slopes(num_heads, 8.0) if slopes is None else check_slopes(slopes, num_heads),
-                  check_choice(form, "form", FORMS))
+        num_heads, form = check_num_heads(num_heads), check_choice(form, "form", FORMS)
+        self._set(_slopes(num_heads, 8.0) if slopes is None else check_slopes(slopes, num_heads), form)
 
     def _set(self, slopes: np.ndarray, form: str) -> None:
         self.num_heads, self.slopes, self.form = slopes.size, slopes, form
@@ -209,17 +197,9 @@ class ALiBiBias(Hook):
 
     def logits(self, q, k, scale, mask=None):
         """Hook: the bias ``(heads, q_len, k_len)`` in ``q``'s dtype (not multiplied by ``scale``)."""
-        q, k, scale, mask = check_hook_args(q, k, scale, mask)
-        if q.shape[-3] != self.num_heads:
-            raise ValueError(f"q must be (..., num_heads={self.num_heads}, q_len, d), got shape {q.shape}")
-        q_len, k_len = q.shape[-2], k.shape[-2]
-        _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len)")
-        return _bias(self.slopes, q_len, k_len, self.form, k_len - q_len, q.dtype), None
-
-
-def _check_budget(shape, dtype, what: str) -> None:
-    check_alloc(shape, dtype, what, limit=MAX_BIAS_BYTES, limit_name="MAX_BIAS_BYTES",
-                hint="use a shorter query block (q_offset), or the fused kernel (backend='numba', float32/float64)")
+        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, None)
+        check_bias_budget(q.shape[:-1] + (k.shape[-2],), q.dtype, "scores (..., heads, q_len, k_len)", MAX_BIAS_BYTES)
+        return _bias(self.slopes, q.shape[-2], k.shape[-2], self.form, k.shape[-2] - q.shape[-2], q.dtype), None
 
 
 # --------------------------------------------------------------------------- attention
@@ -247,7 +227,8 @@ def _resolve_backend(backend, q, k) -> str:
 
 def _forward_numpy(q, k, v, m, causal, scale):
     q_len, k_len = q.shape[-2], k.shape[-2]
-    _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path")
+    check_bias_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path",
+                      MAX_BIAS_BYTES)
     hook = ALiBiBias._from_checked(m, "causal" if causal else "symmetric")
     return _attn._forward(q, k, v, None, _attn._keep(None, causal, q_len, k_len), scale, (hook,))
 
@@ -313,13 +294,9 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     cache : dict
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
     """
-    q, k, v = check_qkv(q, k, v)
-    causal = check_bool(causal, "causal")
-    scale = check_scale(scale, q.shape[-1])
+    q, k, v, m, causal, scale = check_alibi_attention(q, k, v, slopes, causal, scale)
     heads = q.shape[-3]
-    if slopes is not None:
-        m = check_slopes(slopes, heads)
-    else:  # no heads (a zero-size axis): nothing to bias
+    if m is None:  # (no heads, a zero-size axis: nothing to bias)
         m = _slopes(heads, 8.0) if heads else np.zeros(0)
     return _attention(q, k, v, m, causal, scale, backend)
 
@@ -339,10 +316,5 @@ def attention_backward(dout, cache) -> dict:
     :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q` (see :func:`posenc_np.attention.backward`).
     Dispatches on ``cache["backend"]``.
     """
-    if not isinstance(cache, dict) or "backend" not in cache or "inner" not in cache:
-        raise TypeError("cache must be the dict returned by posenc_np.alibi.attention")
-    backend = cache["backend"]
-    if backend not in _BACKWARD:
-        raise ValueError(f"cache was produced by backend {backend!r}, which has no backward here "
-                         f"(known: {sorted(_BACKWARD)})")
-    return _BACKWARD[backend](dout, cache["inner"])
+    backend, inner = check_alibi_cache(cache, _BACKWARD)
+    return _BACKWARD[backend](dout, inner)

@@ -33,21 +33,11 @@ import inspect
 
 import numpy as np
 
-from ._checks import (
-    as_float_array,
-    check_attention_cache,
-    check_bool,
-    check_broadcast,
-    check_hook_args,  # noqa: F401 (re-exported: what a hook checks when called directly)
-    check_hook_term,
-    check_hooks,
-    check_int,
-    check_lengths,
-    check_qkv,
-    check_scale,
-)
+from ._checks import as_float_array, check_bool, check_int, check_lengths
+from ._attention_checks import (check_attention_cache, check_broadcast, check_hook_term, check_hooks, check_qkv,
+                                check_scale)
 from ._util import sum_to_shape
-from .positions import _grid
+from .positions import _causal
 
 __all__ = ["Hook", "backward", "causal_mask", "forward", "merge_heads", "softmax", "split_heads"]
 
@@ -99,11 +89,6 @@ def _takes_mask(logits_fn) -> bool:
 def _hook_logits(hook, q, k, scale, keep):
     fn = hook.logits
     return fn(q, k, scale, mask=keep) if _takes_mask(getattr(fn, "__func__", fn)) else fn(q, k, scale)
-
-
-def _causal(q_len: int, k_len: int) -> np.ndarray:
-    """Key ``j`` kept for query ``i`` iff ``j <= i + (k_len - q_len)`` (unchecked)."""
-    return _grid(q_len, k_len, k_len - q_len) <= 0
 
 
 def causal_mask(q_len: int, k_len: int) -> np.ndarray:

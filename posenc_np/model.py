@@ -503,8 +503,9 @@ class Transformer:
     def generate(self, prompt, steps: int) -> np.ndarray:
         """Greedy continuation of ``prompt`` (``(B, T0)``) by ``steps`` tokens with the KV cache."""
         prompt = as_int_array(prompt, "prompt")
-        if prompt.ndim != 2:
-            raise ValueError(f"prompt must be (batch, length), got shape {prompt.shape}")
+        if prompt.ndim != 2 or prompt.shape[1] == 0:
+            raise ValueError(f"prompt must be (batch, length) with length >= 1 (the continuation starts from the "
+                             f"last token's logits), got shape {prompt.shape}")
         steps = check_int(steps, "steps", minimum=0)
         check_alloc((prompt.shape[0], prompt.shape[1] + steps), np.int64, "generated tokens (batch, length + steps)")
         cache = self.init_cache()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks import check_choice, check_int, check_lengths
+from ._attention_checks import check_alignment
 
 __all__ = ["ALIGNMENTS", "query_offset", "relative_positions"]
 
@@ -45,11 +45,16 @@ def _grid(q_len: int, k_len: int, offset: int, dtype=np.int64) -> np.ndarray:
     return np.arange(k_len, dtype=dtype)[None, :] - (np.arange(q_len, dtype=dtype)[:, None] + offset)
 
 
+def _causal(q_len: int, k_len: int) -> np.ndarray:
+    r"""The causal mask: key ``j`` kept for query ``i`` iff :math:`r_{ij} \le 0`, i.e.
+    ``j <= i + (k_len - q_len)`` (bottom-right)."""
+    return _grid(q_len, k_len, k_len - q_len) <= 0
+
+
 def query_offset(q_len: int, k_len: int, alignment: str = "bottom-right") -> int:
     """Position of query 0 for ``alignment``: ``k_len - q_len`` (bottom-right) or 0 (top-left)."""
-    q_len = check_int(q_len, "q_len", minimum=0)
-    k_len = check_int(k_len, "k_len", minimum=0)
-    return _offset(q_len, k_len, check_choice(alignment, "alignment", ALIGNMENTS))
+    q_len, k_len, alignment, _ = check_alignment(q_len, k_len, alignment, ALIGNMENTS, alloc=False)
+    return _offset(q_len, k_len, alignment)
 
 
 def relative_positions(q_len: int, k_len: int, *, alignment: str = "bottom-right", query_offset=None) -> np.ndarray:
@@ -70,8 +75,5 @@ def relative_positions(q_len: int, k_len: int, *, alignment: str = "bottom-right
     array([[-2, -1,  0,  1],
            [-3, -2, -1,  0]])
     """
-    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-    alignment = check_choice(alignment, "alignment", ALIGNMENTS)
-    offset = (_offset(q_len, k_len, alignment) if query_offset is None
-              else check_int(query_offset, "query_offset", minimum=-2**53, maximum=2**53))
-    return _grid(q_len, k_len, offset)
+    q_len, k_len, alignment, offset = check_alignment(q_len, k_len, alignment, ALIGNMENTS, query_offset)
+    return _grid(q_len, k_len, _offset(q_len, k_len, alignment) if offset is None else offset)

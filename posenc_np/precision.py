@@ -283,7 +283,8 @@ def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
     if rope_type == "longrope":
         L0 = v["original_max_position_embeddings"]
         ext = v["long_factor"] if seq_len is not None and seq_len > L0 else v["short_factor"]
-        return _F32(1) / (np.asarray(ext, dtype=_F32) * _pow32(base, np.arange(0, dim, 2).astype(_F32) / _F32(dim))), True
+        pos_freqs = _pow32(base, np.arange(0, dim, 2).astype(_F32) / _F32(dim))
+        return _F32(1) / (np.asarray(ext, dtype=_F32) * pos_freqs), True
     if rope_type == "llama3":
         s = _F32(v["factor"])
         low, high, L0 = v["low_freq_factor"], v["high_freq_factor"], v["original_max_position_embeddings"]

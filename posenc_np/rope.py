@@ -35,31 +35,12 @@ import math
 import numpy as np
 
 from . import _exact
-from ._checks import (
-    ROPE_BACKENDS,
-    ROPE_LAYOUTS,
-    as_positions,
-    check_alloc,
-    check_angles,
-    check_choice,
-    check_even,
-    check_int,
-    check_inv_freq,
-    check_mrope_section,
-    check_out,
-    check_real,
-    check_rotation,
-    check_rotation_input,
-    check_table_args,
-)
-from .rope_scaling import (
-    ROPE_TYPES,
-    inv_freq,
-    llama3_bands,
-    yarn_correction_dim,
-    yarn_correction_range,
-    yarn_get_mscale,
-)
+from ._checks import check_alloc, check_angles, check_choice, check_int
+from ._table_checks import (ROPE_BACKENDS, ROPE_LAYOUTS, check_apply, check_distances, check_frequency_pair,
+                            check_layout_conversion, check_mrope_section, check_qk, check_streams, check_table_args,
+                            check_table_positions, check_xpos)
+from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
+                           yarn_get_mscale)
 
 __all__ = [
     "LAYOUTS",
@@ -261,9 +242,7 @@ def cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, layout: str =
     """
     freqs, factor, layout, dtype = check_table_args(inv_freq, attention_factor, layout, dtype)
     method = check_choice(method, "method", TABLE_METHODS)
-    pos = _exact.positions(positions)
-    check_alloc(pos.shape + (2 * freqs.size,), np.float64, "cos/sin tables positions.shape + (2 * len(inv_freq),)")
-    return _cos_sin(pos, inv_freq, factor, layout, dtype, method)
+    return _cos_sin(check_table_positions(positions, freqs.size), inv_freq, factor, layout, dtype, method)
 
 
 def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto", out=None) -> np.ndarray:
@@ -296,8 +275,8 @@ def apply(x, cos, sin, *, layout: str = "half", backend: str = "auto", out=None)
     ndarray, shape and dtype of ``x``
         ``out`` if given. Computed in ``x``'s dtype (``cos``/``sin`` are cast to it first).
     """
-    x, cos, sin = check_rotation(x, cos, sin, layout, backend, "x")
-    return _rotate(x, cos, sin, layout, False, backend, check_out(out, x, "out", cos, sin))
+    x, cos, sin, out = check_apply(x, cos, sin, layout, backend, out, "x")
+    return _rotate(x, cos, sin, layout, False, backend, out)
 
 
 def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto", out=None) -> np.ndarray:
@@ -310,15 +289,8 @@ def apply_backward(dy, cos, sin, *, layout: str = "half", backend: str = "auto",
     when :math:`c^2 + s^2 = 1` (attention factor 1, no xPos scale). ``out`` as in :func:`apply`
     (``out=dy`` in place).
     """
-    dy, cos, sin = check_rotation(dy, cos, sin, layout, backend, "dy")
-    return _rotate(dy, cos, sin, layout, True, backend, check_out(out, dy, "out", cos, sin))
-
-
-def _check_qk(q, k, cos, sin, layout, backend, out_q, out_k):
-    q, cos, sin = check_rotation(q, cos, sin, layout, backend, "q")
-    k = check_rotation_input(k, cos, "k", backend)
-    out_q = check_out(out_q, q, "out_q", k, cos, sin)
-    return q, k, cos, sin, out_q, check_out(out_k, k, "out_k", q, cos, sin, *(() if out_q is None else (out_q,)))
+    dy, cos, sin, out = check_apply(dy, cos, sin, layout, backend, out, "dy")
+    return _rotate(dy, cos, sin, layout, True, backend, out)
 
 
 def apply_qk(q, k, cos, sin, *, layout: str = "half", backend: str = "auto", out_q=None, out_k=None):
@@ -334,13 +306,13 @@ def apply_qk(q, k, cos, sin, *, layout: str = "half", backend: str = "auto", out
     q_rot, k_rot : ndarray
         Shapes and dtypes of ``q`` and ``k`` (``out_q``/``out_k`` if given).
     """
-    q, k, cos, sin, out_q, out_k = _check_qk(q, k, cos, sin, layout, backend, out_q, out_k)
+    q, k, cos, sin, out_q, out_k = check_qk(q, k, cos, sin, layout, backend, out_q, out_k)
     return _rotate_qk(q, k, cos, sin, layout, False, backend, out_q, out_k)
 
 
 def apply_qk_backward(dq, dk, cos, sin, *, layout: str = "half", backend: str = "auto", out_q=None, out_k=None):
     r"""Gradient of :func:`apply_qk`: :math:`(R_{-t}\,dq, R_{-t}\,dk)` (see :func:`apply_backward`)."""
-    dq, dk, cos, sin, out_q, out_k = _check_qk(dq, dk, cos, sin, layout, backend, out_q, out_k)
+    dq, dk, cos, sin, out_q, out_k = check_qk(dq, dk, cos, sin, layout, backend, out_q, out_k)
     return _rotate_qk(dq, dk, cos, sin, layout, True, backend, out_q, out_k)
 
 
@@ -352,9 +324,7 @@ def rerotate(x, positions, old_inv_freq, new_inv_freq, *, layout: str = "half",
     Use it on a KV cache built before dynamic NTK or LongRoPE changed the frequencies (see
     ``docs/rope.md``); the attention factor is unchanged by both, so it is not involved.
     """
-    old, new = check_inv_freq(old_inv_freq, "old_inv_freq"), check_inv_freq(new_inv_freq, "new_inv_freq")
-    if old.shape != new.shape:
-        raise ValueError(f"old_inv_freq and new_inv_freq must have the same shape, got {old.shape} and {new.shape}")
+    old, new = check_frequency_pair(old_inv_freq, new_inv_freq)
     cos, sin = cos_sin(positions, new - old, layout=layout)
     return apply(x, cos, sin, layout=layout, backend=backend)
 
@@ -381,13 +351,7 @@ def convert_layout(w, num_heads: int, *, src: str, dst: str, rotary_dim: int | N
     -------
     ndarray, same shape and dtype as ``w`` (a new array)
     """
-    src, dst = check_choice(src, "src", LAYOUTS), check_choice(dst, "dst", LAYOUTS)
-    w = np.asarray(w)
-    num_heads = check_int(num_heads, "num_heads", minimum=1)
-    if w.ndim == 0 or w.shape[0] % num_heads:
-        raise ValueError(f"w's first axis ({w.shape[:1]}) must be num_heads * head_dim with num_heads={num_heads}")
-    head_dim = w.shape[0] // num_heads
-    r = head_dim if rotary_dim is None else check_even(rotary_dim, "rotary_dim", maximum=head_dim)
+    w, num_heads, head_dim, r, src, dst = check_layout_conversion(w, num_heads, src, dst, rotary_dim)
     # half row j takes interleaved row int_of_half[j]
     int_of_half = np.concatenate([np.arange(0, r, 2), np.arange(1, r, 2), np.arange(r, head_dim)])
     within = {("interleaved", "half"): int_of_half, ("half", "interleaved"): np.argsort(int_of_half)}.get(
@@ -398,15 +362,13 @@ def convert_layout(w, num_heads: int, *, src: str, dst: str, rotary_dim: int | N
 
 # --------------------------------------------------------------------------- xPos
 
-def _xpos_centre(centre, seq_len) -> float:
-    """The centre :math:`c` of a centre convention (see :func:`xpos_scale`), or a given number."""
+def _xpos_centre(centre, n_total: int | None) -> float:
+    """The centre :math:`c` of a centre convention for total length ``n_total`` (see
+    :func:`xpos_scale`), or a given number."""
     if not isinstance(centre, str):
-        return check_real(centre, "centre")
-    if check_choice(centre, "centre", XPOS_CENTRES) == "none":
+        return centre
+    if centre == "none":
         return 0.0
-    if seq_len is None:
-        raise ValueError(f"centre={centre!r} needs seq_len (the total length N shared by q and k)")
-    n_total = check_int(seq_len, "seq_len", minimum=1, maximum=2**53)
     return float(-(-n_total // 2) if centre == "torchscale" else n_total // 2)
 
 
@@ -452,13 +414,9 @@ def xpos_scale(positions, dim: int, *, role: str, centre="none", seq_len: int | 
     -------
     ndarray, float64, shape ``positions.shape + (dim // 2,)``
     """
-    sign = 1.0 if check_choice(role, "role", ("query", "key")) == "query" else -1.0
-    dim = check_even(dim, "dim")
-    scale_base = check_real(scale_base, "scale_base", positive=True)
-    c = _xpos_centre(centre, seq_len)
-    pos = as_positions(positions)
-    check_alloc(pos.shape + (dim // 2,), np.float64, "xPos scale positions.shape + (dim // 2,)")
-    return _xpos_scale(pos, dim, sign, c, scale_base)
+    pos, dim, sign, centre, n_total, scale_base = check_xpos(positions, dim, role, centre, seq_len, scale_base,
+                                                             XPOS_CENTRES)
+    return _xpos_scale(pos, dim, sign, _xpos_centre(centre, n_total), scale_base)
 
 
 def xpos_cos_sin(positions, inv_freq, *, role: str, centre="none", seq_len: int | None = None,
@@ -485,11 +443,7 @@ def _xpos_tables(pos, inv_freq, scale: np.ndarray, layout: str, dtype):
 def _stream_cos_sin(positions, consts, stream: np.ndarray, name: str, amplitude: float):
     """Exact per-pair ``amplitude * cos/sin`` ``(..., n)`` with pair ``j`` driven by position stream
     ``stream[j]``: angle ``positions[stream[j], ...] * freqs[j]`` (``consts`` already per pair)."""
-    pos = as_positions(positions, name)
-    if pos.ndim < 1 or pos.shape[0] <= int(stream.max()):
-        raise ValueError(f"{name} must have shape ({int(stream.max()) + 1}, ...) (one row per position "
-                         f"stream), got {pos.shape}")
-    check_alloc(pos.shape[1:] + (2 * stream.size,), np.float64, f"cos/sin tables {name}.shape[1:] + (rotary dim,)")
+    pos = check_streams(positions, int(stream.max()) + 1, name, stream.size)
     c, s = np.empty(pos.shape[1:] + stream.shape), np.empty(pos.shape[1:] + stream.shape)
     for a in np.unique(stream):
         cols = np.flatnonzero(stream == a)
@@ -589,9 +543,6 @@ def long_term_decay(distances, inv_freq) -> np.ndarray:
     -------
     ndarray, float64, shape ``distances.shape``
     """
-    freqs = check_inv_freq(inv_freq)
-    r = as_positions(distances, "distances").astype(np.float64)
-    check_alloc(r.shape + freqs.shape, np.complex128, "partial sums distances.shape + (len(inv_freq),)")
-    check_angles(r, freqs, "distances * inv_freq")
+    r, freqs = check_distances(distances, inv_freq)
     partial_sums = np.cumsum(np.exp(1j * r[..., None] * freqs), axis=-1)
     return np.abs(partial_sums).mean(axis=-1)

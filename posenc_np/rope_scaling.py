@@ -26,7 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _exact
-from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real
+from ._checks import check_alloc, check_bool, check_int, check_real
+from ._table_checks import (MAX_LENGTH, check_betas, check_dim_base, check_length, ordered, read_flag, read_fraction,
+                            read_implied_factor, read_keys, read_nonnegative, read_optional_positive, read_original_max,
+                            read_per_pair, read_positive, read_rope_type, resolve_dim_base)
 from .absolute import sinusoidal_frequencies
 
 __all__ = [
@@ -54,115 +57,9 @@ class _DefaultBase(float):
 
 DEFAULT_BASE = _DefaultBase(10000.0)
 
-#: Largest length (``seq_len``, ``max_position_embeddings``, ``original_max_position_embeddings``)
-#: accepted: positions past 2^53 are not exact in the float64 angles.
-MAX_LENGTH = 2**53
-
 #: Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
 #: posenc_np.rope.mrope_cos_sin, not here; "partial_rotary_factor" by :func:`_resolve_dim_base`.
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
-
-
-# --------------------------------------------------------------------------- reading a dict's keys
-#
-# Each entry names its keys with one of these readers, ``reader(params, key, ctx) -> value``:
-# ctx holds ``rope_type``, ``dim``, ``max_pos`` and the values read so far (a key may default
-# to another: yarn's ``factor`` to ``max_position_embeddings / L0``).
-
-def _require(params: dict, key: str, rope_type: str):
-    if params.get(key) is None:
-        raise ValueError(f"scaling for rope_type {rope_type!r} needs key {key!r} "
-                         f"(got keys {sorted(params)})")
-    return params[key]
-
-
-def _factor(params: dict, key: str, rope_type: str, *, default=None):
-    """A finite real scaling parameter ``> 0`` (``default`` when absent or None)."""
-    value = params.get(key)
-    if value is None:
-        return _require(params, key, rope_type) if default is None else default
-    value = check_real(value, f"scaling[{key!r}]")
-    if not value > 0:
-        raise ValueError(f"scaling[{key!r}] must be > 0 for rope_type {rope_type!r}, got {value}")
-    return value
-
-
-def _positive(default=None):
-    """Reader: a real ``> 0``; required when ``default`` is None."""
-    return lambda params, key, ctx: _factor(params, key, ctx["rope_type"], default=default)
-
-
-def _optional_positive(params, key, ctx):
-    """Reader: a real ``> 0`` or None when absent."""
-    return None if params.get(key) is None else _factor(params, key, ctx["rope_type"])
-
-
-def _nonnegative(params, key, ctx):
-    """Reader: a real ``>= 0``, 0 when absent (Hugging Face tests the mscales for truthiness)."""
-    return 0.0 if params.get(key) is None else check_real(params[key], f"scaling[{key!r}]", nonnegative=True)
-
-
-def _flag(default: bool):
-    """Reader: a bool."""
-    return lambda params, key, ctx: check_bool(params.get(key, default), f"scaling[{key!r}]")
-
-
-def _original_max(params, key, ctx):
-    """Reader of ``L0``: the dict's ``original_max_position_embeddings``, else ``max_position_embeddings``.
-
-    Hugging Face's ``standardize_rope_params`` fills the key from ``max_position_embeddings``
-    the same way for yarn/longrope/llama3.
-    """
-    value = params.get(key)
-    if value is None:
-        value = ctx["max_pos"]
-    if value is None:
-        raise ValueError(f"rope_type {ctx['rope_type']!r} needs scaling['original_max_position_embeddings'] "
-                         "or the max_position_embeddings argument")
-    return check_int(value, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
-
-
-def _implied_factor(params, key, ctx):
-    """Reader: ``factor`` if given, else ``max_position_embeddings / L0`` (yarn, longrope)."""
-    if params.get(key) is not None:
-        return _factor(params, key, ctx["rope_type"])
-    if ctx["max_pos"] is None:
-        raise ValueError(f"rope_type {ctx['rope_type']!r} needs scaling['factor'] or the max_position_embeddings "
-                         "argument (factor defaults to max_position_embeddings / original_max_position_embeddings)")
-    return ctx["max_pos"] / ctx["original_max_position_embeddings"]
-
-
-def _per_pair(params, key, ctx):
-    """Reader: ``dim // 2`` finite factors ``> 0`` (LongRoPE's lists), float64."""
-    arr = as_float_array(_require(params, key, ctx["rope_type"]), f"scaling[{key!r}]")
-    if arr.shape != (ctx["dim"] // 2,):
-        raise ValueError(f"scaling[{key!r}] must have length dim // 2 = {ctx['dim'] // 2}, got shape {arr.shape}")
-    if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
-        raise ValueError(f"scaling[{key!r}] must hold finite values > 0, got {arr.tolist()}")
-    return arr.astype(np.float64)
-
-
-def _fraction(params, key, ctx):
-    """Reader: a fraction in ``[0, 1]``, 1 when absent (``proportional``'s ``partial_rotary_factor``)."""
-    p = params.get(key, 1.0)
-    p = check_real(1.0 if p is None else p, f"scaling[{key!r}]", nonnegative=True)
-    if p > 1.0:
-        raise ValueError(f"scaling[{key!r}] must lie in [0, 1], got {p}")
-    return p
-
-
-def _ordered(fast: str, slow: str):
-    """Entry check: ``v[fast] >= v[slow]`` (YaRN's ramp runs from the fast to the slow rotation count)."""
-    return lambda v, rope_type: _check_betas(v[fast], v[slow], f"scaling[{fast!r}]", f"scaling[{slow!r}]")
-
-
-def _check_betas(beta_fast, beta_slow, fast_name: str, slow_name: str) -> tuple[float, float]:
-    beta_fast = check_real(beta_fast, fast_name, positive=True)
-    beta_slow = check_real(beta_slow, slow_name, positive=True)
-    if beta_fast < beta_slow:
-        raise ValueError(f"{fast_name} ({beta_fast}) must be >= {slow_name} ({beta_slow}): the YaRN ramp runs from "
-                         "the fast to the slow rotation count, and swapping them inverts it")
-    return beta_fast, beta_slow
 
 
 # --------------------------------------------------------------------------- the registry
@@ -204,7 +101,7 @@ def _default(dim, base, v, seq_len, max_pos):
 _SCALINGS["mrope"] = ScalingType("mrope", {}, _default)  # Qwen2-VL's legacy {"type": "mrope"}: default frequencies
 
 
-@_entry("linear", factor=_positive())
+@_entry("linear", factor=read_positive())
 def _linear(dim, base, v, seq_len, max_pos):
     r"""Position interpolation (kaiokendev; Chen et al. 2023): :math:`\omega_i / s`."""
     return _exact.omega(dim, base) / v["factor"], 1.0
@@ -229,7 +126,7 @@ def _scaled_base(base, ratio, dim: int, rope_type: str, key: str):
     return new_base
 
 
-@_entry("ntk", alpha=_positive())
+@_entry("ntk", alpha=read_positive())
 def _ntk(dim, base, v, seq_len, max_pos):
     r"""Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
     ``theta_rescale_factor``; *not* a Hugging Face type):
@@ -241,7 +138,7 @@ def _dynamic_length(v, seq_len, max_pos):
     return max_pos if seq_len is None else max(seq_len, max_pos)
 
 
-@_entry("dynamic", factor=_positive(), length_key=_dynamic_length)
+@_entry("dynamic", factor=read_positive(), length_key=_dynamic_length)
 def _dynamic(dim, base, v, seq_len, max_pos):
     r"""Dynamic NTK (emozilla; Hugging Face ``_compute_dynamic_ntk_parameters``): with
     :math:`L = \max(\text{seq\_len}, L_{max})` (:math:`L_{max}` = ``max_position_embeddings``),
@@ -280,9 +177,10 @@ def _mscale(scale, mscale=1.0):
     return ctx.mpf(1) if scale <= 1.0 else ctx.mpf("0.1") * mscale * ctx.log(scale) + 1
 
 
-@_entry("yarn", original_max_position_embeddings=_original_max, factor=_implied_factor,
-        beta_fast=_positive(32.0), beta_slow=_positive(1.0), truncate=_flag(True), mscale=_nonnegative,
-        mscale_all_dim=_nonnegative, attention_factor=_optional_positive, check=_ordered("beta_fast", "beta_slow"))
+@_entry("yarn", original_max_position_embeddings=read_original_max, factor=read_implied_factor,
+        beta_fast=read_positive(32.0), beta_slow=read_positive(1.0), truncate=read_flag(True),
+        mscale=read_nonnegative, mscale_all_dim=read_nonnegative, attention_factor=read_optional_positive,
+        check=ordered("beta_fast", "beta_slow"))
 def _yarn(dim, base, v, seq_len, max_pos):
     r"""YaRN "NTK-by-parts" (Peng et al. 2023, arXiv:2309.00071), Hugging Face 5.x semantics.
 
@@ -329,8 +227,8 @@ def _longrope_length(v, seq_len, max_pos):
     return seq_len is not None and seq_len > v["original_max_position_embeddings"]
 
 
-@_entry("longrope", original_max_position_embeddings=_original_max, factor=_implied_factor,
-        short_factor=_per_pair, long_factor=_per_pair, attention_factor=_optional_positive,
+@_entry("longrope", original_max_position_embeddings=read_original_max, factor=read_implied_factor,
+        short_factor=read_per_pair, long_factor=read_per_pair, attention_factor=read_optional_positive,
         check=_longrope_check, length_key=_longrope_length)
 def _longrope(dim, base, v, seq_len, max_pos):
     r"""LongRoPE (Ding et al. 2024; Phi-3): per-frequency rescale factors chosen by length.
@@ -357,8 +255,8 @@ def _llama3_check(v, rope_type):
                          f"{v['low_freq_factor']}")
 
 
-@_entry("llama3", factor=_positive(), low_freq_factor=_positive(), high_freq_factor=_positive(),
-        original_max_position_embeddings=_original_max, check=_llama3_check)
+@_entry("llama3", factor=read_positive(), low_freq_factor=read_positive(), high_freq_factor=read_positive(),
+        original_max_position_embeddings=read_original_max, check=_llama3_check)
 def _llama3(dim, base, v, seq_len, max_pos):
     r"""LLaMA-3.1 band-wise interpolation (Meta ``apply_scaling``). With wavelength
     :math:`\lambda_i = 2\pi/\omega_i`, :math:`l` = ``low_freq_factor``, :math:`h` = ``high_freq_factor``:
@@ -381,7 +279,7 @@ def _llama3(dim, base, v, seq_len, max_pos):
     return np.where(wavelen > L0 / low, inv / s, np.where(wavelen < L0 / high, inv, blended)), 1.0
 
 
-@_entry("proportional", partial_rotary_factor=_fraction, factor=_positive(1.0))
+@_entry("proportional", partial_rotary_factor=read_fraction, factor=read_positive(1.0))
 def _proportional(dim, base, v, seq_len, max_pos):
     r"""Hugging Face 5.x "proportional": ``dim`` is the *head* dim :math:`d`; with :math:`p` =
     ``partial_rotary_factor`` (default 1) and :math:`s` = ``factor`` (default 1),
@@ -420,7 +318,7 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
     :math:`L_0 \ge 1`, ``num_rotations > 0``.
     """
     r = check_real(num_rotations, "num_rotations", positive=True)
-    dim, base = _check_dim_base(dim, base)
+    dim, base = check_dim_base(dim, base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
     return float(_correction_dim(r, dim, base, L0))
 
@@ -436,9 +334,9 @@ def yarn_correction_range(dim: int, base: float, original_max_position_embedding
     swapping them would invert it, so it raises ``ValueError``); ``dim`` even >= 2; ``base > 0``
     and not 1; :math:`L_0 \ge 1`.
     """
-    dim, base = _check_dim_base(dim, base)
+    dim, base = check_dim_base(dim, base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
-    beta_fast, beta_slow = _check_betas(beta_fast, beta_slow, "beta_fast", "beta_slow")
+    beta_fast, beta_slow = check_betas(beta_fast, beta_slow, "beta_fast", "beta_slow")
     truncate = check_bool(truncate, "truncate")
     low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
     return (low, high) if truncate else (float(low), float(high))
@@ -461,62 +359,6 @@ def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- the door: a dict, parsed once
-
-def _check_dim_base(dim, base):
-    dim = check_int(dim, "dim", minimum=2)
-    if dim % 2:
-        raise ValueError(f"dim (the rotary dim) must be even, got {dim}")
-    base = check_real(base, "base", positive=True)
-    if base == 1.0:
-        raise ValueError("base must differ from 1 (every frequency would be 1)")
-    return dim, base
-
-
-def _normalise(scaling) -> tuple[str, dict]:
-    """``(rope_type, params)`` from a HF dict (``rope_type`` or legacy ``type``), checking keys."""
-    if scaling is None:
-        return "default", {}
-    if not isinstance(scaling, dict):
-        raise TypeError(f"scaling must be a dict (a Hugging Face rope_parameters / rope_scaling) or None, "
-                        f"got {type(scaling).__name__}")
-    new, old = scaling.get("rope_type"), scaling.get("type")
-    for key, value in (("rope_type", new), ("type", old)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"scaling[{key!r}] must be a string, one of {list(ROPE_TYPES)}; got {value!r}")
-    if new is not None and old is not None and new != old:
-        raise ValueError(f"scaling has rope_type={new!r} and type={old!r}; they must agree")
-    rope_type = new if new is not None else (old if old is not None else "default")
-    if rope_type not in _SCALINGS:
-        raise ValueError(f"unknown rope_type {rope_type!r}; expected one of {list(ROPE_TYPES)}")
-    allowed = _COMMON_KEYS | set(_SCALINGS[rope_type].keys)
-    unknown = set(scaling) - allowed
-    if unknown:
-        raise ValueError(f"scaling has keys {sorted(unknown)} that rope_type {rope_type!r} does not use; "
-                         f"allowed: {sorted(allowed)}")
-    return rope_type, dict(scaling)
-
-
-def _resolve_dim_base(dim, base, params: dict, rope_type: str) -> tuple[int, float]:
-    """The rotary dim and base after the dict's ``rope_theta`` and ``partial_rotary_factor``."""
-    theta = params.get("rope_theta")
-    if theta is not None:
-        theta = check_real(theta, "scaling['rope_theta']", positive=True)
-        if base is not DEFAULT_BASE and float(base) != theta:
-            raise ValueError(f"base={base} disagrees with scaling['rope_theta']={theta}; pass one of them")
-        base = theta
-    prf = params.get("partial_rotary_factor")
-    if rope_type != "proportional" and prf is not None:
-        # HF's rule for every other type: rotary dim = int(head_dim * partial_rotary_factor)
-        prf = check_real(prf, "scaling['partial_rotary_factor']", positive=True)
-        if prf > 1.0:
-            raise ValueError(f"scaling['partial_rotary_factor'] must lie in (0, 1], got {prf}")
-        head_dim = check_int(dim, "dim", minimum=2)
-        dim = int(head_dim * prf)
-        if dim < 2 or dim % 2:
-            raise ValueError(f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {dim} "
-                             "must be even and >= 2")
-    return _check_dim_base(dim, float(base))
-
 
 @dataclass(frozen=True)
 class Scaling:
@@ -549,24 +391,19 @@ class Scaling:
 def parse_scaling(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None,
                   max_position_embeddings: int | None = None) -> Scaling:
     """Check a Hugging Face rope dict once and read its keys: a :class:`Scaling` (see :func:`inv_freq`)."""
-    rope_type, params = _normalise(scaling)
-    dim, base = _resolve_dim_base(dim, base, params, rope_type)
+    rope_type, params = read_rope_type(scaling, {name: e.keys for name, e in _SCALINGS.items()}, _COMMON_KEYS)
+    dim, base = resolve_dim_base(dim, base, params, rope_type, DEFAULT_BASE)
     check_alloc((dim // 2,), np.float64, "inv_freq (dim // 2,)")
-    if max_position_embeddings is not None:
-        max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1,
-                                            maximum=MAX_LENGTH)
-    entry = _SCALINGS[rope_type]
-    if rope_type == "dynamic" and max_position_embeddings is None:
+    max_pos = check_length(max_position_embeddings, "max_position_embeddings")
+    if rope_type == "dynamic" and max_pos is None:
         raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
     if rope_type in ("ntk", "dynamic"):
         _ntk_exponent(dim, rope_type)
-    ctx = {"rope_type": rope_type, "dim": dim, "max_pos": max_position_embeddings}
-    values = {}
-    for key, read in entry.keys.items():
-        values[key] = ctx[key] = read(params, key, ctx)
+    entry = _SCALINGS[rope_type]
+    values = read_keys(params, entry.keys, {"rope_type": rope_type, "dim": dim, "max_pos": max_pos})
     if entry.check is not None:
         entry.check(values, rope_type)
-    return Scaling(rope_type, dim, base, values, max_position_embeddings)
+    return Scaling(rope_type, dim, base, values, max_pos)
 
 
 def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None, seq_len: int | None = None,
@@ -588,11 +425,14 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         base :math:`\to \mathrm{base}\,\alpha^{d/(d-2)}`.
     ``dynamic`` (``factor``; needs ``max_position_embeddings``)
         the NTK base rescaled with the current length.
-    ``yarn`` (``factor``, ``original_max_position_embeddings``; optional ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True, ``mscale``, ``mscale_all_dim``, ``attention_factor``)
+    ``yarn`` (``factor``, ``original_max_position_embeddings``, optional ramp and mscale keys)
         "NTK-by-parts": a linear ramp between interpolated and original frequencies, and an
-        attention factor (:func:`yarn_correction_range`, :func:`yarn_get_mscale`).
-    ``longrope`` (``short_factor``, ``long_factor``, ``original_max_position_embeddings``; optional ``factor``, ``attention_factor``)
-        per-frequency divisors, ``long_factor`` once ``seq_len > L0``.
+        attention factor; optional ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True,
+        ``mscale``, ``mscale_all_dim``, ``attention_factor`` (:func:`yarn_correction_range`,
+        :func:`yarn_get_mscale`).
+    ``longrope`` (``short_factor``, ``long_factor``, ``original_max_position_embeddings``)
+        per-frequency divisors, ``long_factor`` once ``seq_len > L0``; optional ``factor``,
+        ``attention_factor``.
     ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``, ``original_max_position_embeddings``)
         band-wise interpolation (:func:`llama3_bands`).
     ``proportional`` (``partial_rotary_factor``, optional ``factor``\=1; ``dim`` is the *head* dim)
@@ -631,6 +471,4 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
     """
     sc = parse_scaling(dim, base=base, scaling=scaling, max_position_embeddings=max_position_embeddings)
-    if seq_len is not None:
-        seq_len = check_int(seq_len, "seq_len", minimum=1, maximum=MAX_LENGTH)
-    return sc.frequencies(seq_len)
+    return sc.frequencies(check_length(seq_len, "seq_len"))

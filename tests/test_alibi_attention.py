@@ -255,3 +255,27 @@ def test_golden_detects_wrong_sign(tmp_path):
     wrong = {"bias": -alibi.bias(4, 5, 7, q_offset=2)}
     _, _, _, problems = runner.compare(wrong, expected, spec.tolerance)
     assert problems
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_alibi_hook_is_the_bias_on_the_reference_path(causal):
+    """ALiBiBias adds alibi.bias (bottom-right aligned) to the logits: attention with the hook equals
+    attention with the explicit bias, and alibi.attention on both backends."""
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((2, 4, 3, 8))
+    k, v = rng.standard_normal((2, 4, 7, 8)), rng.standard_normal((2, 4, 7, 8))
+    form = "causal" if causal else "symmetric"
+    hook = alibi.ALiBiBias(4, form=form)
+    term, _ = hook.logits(q, k, 0.25)
+    np.testing.assert_array_equal(term, alibi.bias(4, 3, 7, form=form, q_offset=4))
+    out, cache = attention.forward(q, k, v, causal=causal, hooks=[hook])
+    want, _ = attention.forward(q, k, v, causal=causal, bias=alibi.bias(4, 3, 7, form=form, q_offset=4))
+    np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-15)
+    for backend in ("numpy", "numba"):
+        np.testing.assert_allclose(alibi.attention(q, k, v, causal=causal, backend=backend)[0], out, rtol=1e-12,
+                                   atol=1e-13)
+    assert hook.params == {} and attention.backward(out, cache)["q"].shape == q.shape
+    with pytest.raises(ValueError, match="num_heads=4"):
+        hook.logits(q[:, :2], k[:, :2], 0.25)
+    with pytest.raises(ValueError, match="slopes must be >= 0"):
+        alibi.ALiBiBias(2, slopes=[0.5, -1.0])

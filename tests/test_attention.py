@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from posenc_np import attention as A
+from posenc_np import relative
 from posenc_np.testing import gradcheck
 
 
@@ -204,3 +205,34 @@ def test_hook_terms_of_the_wrong_shape_are_rejected():
         A.forward(q, k, v, hooks=[Wide()])
     with pytest.raises(ValueError, match="Big.logits returned"):
         A.forward(q, k, v, hooks=[Big()])
+
+
+class _MaskRecorder(A.Hook):
+    """Test hook: records the mask it receives and adds -1 wherever it keeps a key (a visible term)."""
+
+    def logits(self, q, k, scale, mask=None):
+        self.mask = mask
+        return np.where(mask, -1.0, 0.0), None
+
+
+def test_hooks_receive_the_mask_applied():
+    q, k, v = rand(2, 3, 4, seed=1), rand(2, 5, 4, seed=2), rand(2, 5, 3, seed=3)
+    user = np.array([[True, True, False, True, True]])  # padding: key 2 is hidden from every query
+    hook = _MaskRecorder()
+    out, _ = A.forward(q, k, v, mask=user, causal=True, hooks=[hook])
+    causal = np.arange(5)[None, :] <= np.arange(3)[:, None] + 2
+    np.testing.assert_array_equal(np.broadcast_to(hook.mask, (3, 5)), user & causal)
+    # the term depends on the mask only through kept keys, where it is a constant -1 per row:
+    # softmax is shift-invariant, so the output equals attention without the hook
+    np.testing.assert_allclose(out, A.forward(q, k, v, mask=user, causal=True)[0], rtol=1e-12, atol=1e-14)
+    A.forward(q, k, v, hooks=[hook])
+    np.testing.assert_array_equal(np.broadcast_to(hook.mask, (3, 5)), np.ones((3, 5), bool))  # nothing masked
+    with pytest.raises(TypeError, match="mask must be a boolean"):  # in-package hooks check a mask given directly
+        relative.T5RelativeBias(2).logits(q, k, 0.5, mask=np.ones((3, 5)))
+
+
+def test_hooks_without_a_mask_parameter_are_called_as_before():
+    q = rand(2, 3, 4, seed=1)
+    hook = _KeyBiasHook(rand(4, seed=4), 0.0)
+    hook.n_keys = 3
+    A.forward(q, q, q, hooks=[hook], causal=True)  # logits(q, k, scale): no mask keyword

@@ -264,6 +264,8 @@ def test_kv_cache_refused_for_encoder_and_backward_after_cached_forward():
 def test_generate_is_greedy_and_consistent():
     m = tiny("rope")
     prompt = np.array([[1, 2, 3]])
+    with pytest.raises(ValueError, match="length >= 1"):  # was an IndexError
+        m.generate(prompt[:, :0], 2)
     out = m.generate(prompt, 4)
     seq = prompt
     for _ in range(4):
@@ -283,3 +285,75 @@ def test_init_is_seeded_and_params_are_shared_with_layers():
     a.params["ln_f.beta"] += 1.0  # in-place update reaches the layer
     assert not np.allclose(a.forward(tok), before)
     assert a.forward(tok).dtype == np.float32
+
+
+# --------------------------------------------------------------------------- the registry: once per model
+
+def test_every_entry_says_where_it_acts_and_resolves_its_defaults():
+    from posenc_np.registry import ACTS
+
+    for name, entry in REGISTRY.items():
+        assert entry.name == name and entry.acts in ACTS and entry.summary
+        cfg = ModelConfig(vocab_size=7, d_model=8, n_heads=2, position=name)
+        assert set(entry.resolve(cfg)) == {k for k, o in entry.options.items() if o.when is None or o.when(cfg)}
+    cfg = ModelConfig(vocab_size=7, d_model=8, n_heads=2, position="rope", position_options={"layout": "interleaved"})
+    assert REGISTRY["rope"].resolve(cfg) == {"base": 10000.0, "scaling": None, "layout": "interleaved",
+                                             "rotary_dim": 4, "max_position_embeddings": 128}
+    with pytest.raises(ValueError, match=r"position_options\['layout'\] must be one of"):
+        Transformer(ModelConfig(vocab_size=7, d_model=8, n_heads=2, position="rope", position_options={"layout": "x"}))
+    with pytest.raises(ValueError, match="unknown position_options for 'learned'"):  # dim only with concat
+        Transformer(ModelConfig(vocab_size=7, d_model=8, n_heads=2, position="learned", position_options={"dim": 2}))
+
+
+def test_scaling_dict_parsed_and_tables_built_once_per_model(monkeypatch):
+    from posenc_np import rope, rope_scaling
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4}
+    model = tiny("rope", n_layers=2, position_options={"scaling": yarn})
+    calls = {"parse": 0, "formula": 0, "tables": []}
+    parse, formula, cos_sin = rope_scaling.read_rope_type, rope_scaling._SCALINGS["yarn"].formula, rope.cos_sin
+    monkeypatch.setattr(rope_scaling, "read_rope_type", lambda *a: calls.__setitem__("parse", calls["parse"] + 1)
+                        or parse(*a))
+    monkeypatch.setitem(rope_scaling._SCALINGS, "yarn", rope_scaling._SCALINGS["yarn"].__class__(
+        "yarn", rope_scaling._SCALINGS["yarn"].keys,
+        lambda *a: calls.__setitem__("formula", calls["formula"] + 1) or formula(*a)))
+    monkeypatch.setattr(rope, "cos_sin", lambda pos, *a, **k: calls["tables"].append(list(pos)) or cos_sin(pos, *a, **k))
+    tokens = np.random.default_rng(0).integers(0, 7, size=(2, 6))
+    first = model.forward(tokens)
+    model.backward(np.ones_like(first))
+    np.testing.assert_array_equal(model.forward(tokens), first)
+    model.forward(tokens[:, :4])  # a shorter input is a slice of the kept rows
+    assert calls == {"parse": 0, "formula": 0, "tables": [list(range(6))]}
+    cache = model.init_cache()
+    model.forward(tokens[:, :3], cache=cache)
+    for t in range(3, 8):
+        model.decode_step(tokens[:, t % 6], cache)
+    assert calls["tables"][1:] == [[6], [7]] and calls["parse"] == 0 and calls["formula"] == 0
+
+
+def test_bucket_maps_built_once_per_configuration_and_length(monkeypatch):
+    from posenc_np.relative import t5
+
+    t5._bucket_map.cache_clear()
+    seen = []
+    bucket = t5._bucket
+    monkeypatch.setattr(t5, "_bucket", lambda *a: seen.append(a[0].shape) or bucket(*a))
+    model = tiny("t5", n_layers=3)
+    tokens = np.random.default_rng(0).integers(0, 7, size=(2, 6))
+    for _ in range(2):
+        model.backward(np.ones_like(model.forward(tokens)))
+    assert seen == [(6, 6)]  # one map for three layers, two forwards and their backwards
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos"])
+def test_model_rotates_in_place_exactly_like_a_copy(name):
+    m = tiny(name, position_options={"layout": "interleaved"})
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 2, 2, 6, 4))
+    m.pos.begin(0, 6, None)
+    want_q, want_k = m.pos.rotate(q, k)
+    assert not np.array_equal(want_q, q)
+    got_q, got_k = m.pos.rotate(q, k, in_place=True)
+    assert got_q is q and got_k is k
+    np.testing.assert_array_equal(q, want_q)
+    np.testing.assert_array_equal(k, want_k)

@@ -245,3 +245,96 @@ def test_bad_input_type_errors():
         rope.apply(np.zeros((4, 8), dtype=np.int64), cos, sin)
     with pytest.raises(TypeError, match="dtype"):
         rope.cos_sin([1], [1.0], dtype=np.int32)
+
+
+# --------------------------------------------------------------------------- out= and apply_qk
+
+def _reference_rotation(x, positions, freqs, layout):
+    """The rotation written out pair by pair (independent of the library's slicing)."""
+    n = len(freqs)
+    t = positions[:, None] * np.asarray(freqs)[None, :]
+    y = x.copy()
+    for i in range(n):
+        a_idx, b_idx = (i, i + n) if layout == "half" else (2 * i, 2 * i + 1)
+        a, b = x[..., a_idx], x[..., b_idx]
+        y[..., a_idx] = a * np.cos(t[:, i]) - b * np.sin(t[:, i])
+        y[..., b_idx] = a * np.sin(t[:, i]) + b * np.cos(t[:, i])
+    return y
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_apply_out_and_in_place(layout, backend):
+    rng = np.random.default_rng(7)
+    freqs = rope.inv_freq(6)[0]
+    cos, sin = rope.cos_sin(np.arange(5), freqs, layout=layout)
+    x = rng.standard_normal((2, 3, 5, 8))
+    want = _reference_rotation(x, np.arange(5.0), freqs, layout)
+    out = np.empty_like(x)
+    got = rope.apply(x, cos, sin, layout=layout, backend=backend, out=out)
+    assert got is out
+    np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-14)
+    # in place, also on a strided view (queries sliced out of a fused qkv buffer)
+    buf = rng.standard_normal((2, 5, 3, 3, 8))
+    q = buf[:, :, 0].swapaxes(1, 2)
+    before = q.copy()
+    assert rope.apply(q, cos, sin, layout=layout, backend=backend, out=q) is q
+    np.testing.assert_allclose(q, _reference_rotation(before, np.arange(5.0), freqs, layout), rtol=1e-13, atol=1e-14)
+    # the backward in place undoes the forward (attention factor 1)
+    rope.apply_backward(q, cos, sin, layout=layout, backend=backend, out=q)
+    np.testing.assert_allclose(q, before, rtol=1e-12, atol=1e-13)
+
+
+def test_out_is_checked():
+    cos, sin = rope.cos_sin(np.arange(4), rope.inv_freq(8)[0])
+    x = np.zeros((2, 4, 8))
+    with pytest.raises(ValueError, match="out must have the input's shape"):
+        rope.apply(x, cos, sin, out=np.zeros((2, 4, 7)))
+    with pytest.raises(TypeError, match="out must have the input's dtype"):
+        rope.apply(x, cos, sin, out=np.zeros((2, 4, 8), np.float32))
+    with pytest.raises(TypeError, match="out must be a NumPy array"):
+        rope.apply(x, cos, sin, out=[0.0])
+    read_only = np.zeros_like(x)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        rope.apply(x, cos, sin, out=read_only)
+    with pytest.raises(ValueError, match="zero stride"):
+        rope.apply(x, cos, sin, out=np.lib.stride_tricks.as_strided(np.zeros(8), shape=x.shape, strides=(0, 0, 8)))
+    big = np.zeros((3, 4, 8))
+    with pytest.raises(ValueError, match="out partially overlaps the input"):
+        rope.apply(big[:2], cos, sin, out=big[1:])
+    with pytest.raises(ValueError, match="out partially overlaps another input"):
+        table = np.zeros((2, 4, 8))
+        rope.apply(np.ones((2, 4, 8)), table[0] + 1, table[0], out=table)
+    with pytest.raises(ValueError, match="out_k partially overlaps another input"):
+        rope.apply_qk(x, x.copy(), cos, sin, out_k=x)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_apply_qk_equals_two_applies(backend):
+    rng = np.random.default_rng(3)
+    inv, factor = rope.inv_freq(8, scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8})
+    cos, sin = rope.cos_sin(np.arange(6), inv, attention_factor=factor, dtype=np.float32)
+    q = rng.standard_normal((2, 4, 6, 8)).astype(np.float32)
+    k = rng.standard_normal((2, 1, 6, 8)).astype(np.float32)  # one key head (multi-query)
+    q_rot, k_rot = rope.apply_qk(q, k, cos, sin, backend=backend)
+    np.testing.assert_array_equal(q_rot, rope.apply(q, cos, sin, backend="numpy"))
+    np.testing.assert_array_equal(k_rot, rope.apply(k, cos, sin, backend="numpy"))
+    dq, dk = rope.apply_qk_backward(q_rot, k_rot, cos, sin, backend=backend)
+    np.testing.assert_array_equal(dq, rope.apply_backward(q_rot, cos, sin, backend="numpy"))
+    np.testing.assert_array_equal(dk, rope.apply_backward(k_rot, cos, sin, backend="numpy"))
+    qc, kc = q.copy(), k.copy()
+    got_q, got_k = rope.apply_qk(qc, kc, cos, sin, backend=backend, out_q=qc, out_k=kc)
+    assert got_q is qc and got_k is kc
+    np.testing.assert_array_equal(qc, q_rot)
+    np.testing.assert_array_equal(kc, k_rot)
+
+
+def test_apply_qk_checks_both_inputs():
+    cos, sin = rope.cos_sin(np.arange(4), rope.inv_freq(8)[0])
+    with pytest.raises(ValueError, match="wider"):
+        rope.apply_qk(np.zeros((4, 8)), np.zeros((4, 6)), cos, sin)
+    with pytest.raises(TypeError, match="k.dtype"):
+        rope.apply_qk(np.zeros((4, 8)), np.zeros((4, 8), dtype=int), cos, sin)
+    with pytest.raises(ValueError, match="not a 'interleaved'-layout table"):
+        rope.apply_qk(np.zeros((4, 8)), np.zeros((4, 8)), cos, sin, layout="interleaved")

@@ -97,8 +97,9 @@ def _bodies(node):
         yield from case.body
 
 
-def count(source: str) -> tuple[int, int]:
-    """``(executable statements, check statements)`` of one module's source."""
+def count(source: str, listing: list | None = None) -> tuple[int, int]:
+    """``(executable statements, check statements)`` of one module's source; with ``listing``,
+    the line numbers of the check statements are appended to it."""
     total = checks = 0
 
     def visit(stmts, in_validator: bool):
@@ -118,6 +119,8 @@ def count(source: str) -> tuple[int, int]:
                         or (isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return))
                             and _is_check_value(node.value)))
             checks += is_check
+            if is_check and listing is not None:
+                listing.append(node.lineno)
             if isinstance(node, ast.If) and _only_raises(node.body):
                 total += len(node.body)
                 checks += len(node.body)
@@ -133,14 +136,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="modules to count (default: the encoding modules)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--list", action="store_true", help="also print the line numbers of the checks")
     args = parser.parse_args(argv)
     files = args.files or [f for f in ENCODING_MODULES if (ROOT / f).exists()]
     rows = []
     for name in files:
         path = Path(name) if Path(name).is_absolute() else ROOT / name
-        total, checks = count(path.read_text())
+        lines: list = []
+        total, checks = count(path.read_text(), lines)
         rows.append({"module": name, "statements": total, "checks": checks,
-                     "share": round(checks / total, 3) if total else 0.0})
+                     "share": round(checks / total, 3) if total else 0.0, "lines": lines})
     all_total = sum(r["statements"] for r in rows)
     all_checks = sum(r["checks"] for r in rows)
     if args.json:
@@ -151,6 +156,8 @@ def main(argv=None) -> int:
     for r in rows:
         flag = "" if r["share"] <= TARGET else "  > 1/4"
         print(f"{r['module']:40s} {r['statements']:10d} {r['checks']:7d} {r['share']:6.0%}{flag}")
+        if args.list:
+            print("    check lines:", " ".join(map(str, r["lines"])))
     print(f"{'total':40s} {all_total:10d} {all_checks:7d} {all_checks / max(all_total, 1):6.0%}")
     return 0
 

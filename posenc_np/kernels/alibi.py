@@ -75,8 +75,8 @@ from numba import prange, types
 from numba.core.extending import intrinsic, overload
 
 from .._checks import check_bool, check_int, check_real
-from .._checks import check_exact_distances as _check_distances
-from .._checks import check_slopes as _check_slopes
+from .._attention_checks import check_exact_distances as _check_distances
+from .._attention_checks import check_slopes as _check_slopes
 from . import ALIBI_NUMBA_MIN_T
 from ._numba import FASTMATH, blas_single_thread, launch_guard, njit_kernel
 

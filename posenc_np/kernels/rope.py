@@ -63,16 +63,14 @@ import numpy as np
 from numba import uint64
 
 from .._checks import (
-    ROPE_LAYOUTS as LAYOUTS,
-)
-from .._checks import (
     as_float_array,
     as_positions,
     check_angles,
     check_choice,
     check_real,
 )
-from .._checks import check_rope_tables as _check_tables
+from .._table_checks import ROPE_LAYOUTS as LAYOUTS
+from .._table_checks import check_rope_tables as _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
 __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]

@@ -35,16 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import (
-    as_float_array,
-    check_alloc,
-    check_choice,
-    check_hook_args,
-    check_int,
-    check_lengths,
-    check_param,
-    check_real,
-)
+from .._checks import check_lengths
+from .._attention_checks import check_bert_layer, check_bert_scores, check_hook_args, check_param
 from .._util import memo_table, normal_init, scatter_add_rows
 from ..attention import Hook
 from ..positions import _grid
@@ -104,30 +96,6 @@ def bert_relative_distance(q_len: int, k_len: int) -> np.ndarray:
     return -_grid(q_len, k_len, k_len - q_len)
 
 
-def _check_lengths_fit(q_len: int, k_len: int, max_position: int) -> None:
-    """Every distance must have a table row: both lengths ``<= P``."""
-    if q_len > max_position or k_len > max_position:
-        raise ValueError(
-            f"q_len={q_len} and k_len={k_len} must be <= max_position_embeddings={max_position}: distances "
-            f"must lie in [-{max_position - 1}, {max_position - 1}] and a learned distance table cannot "
-            "extrapolate")
-
-
-def _check_inputs(q, k, table, mode, scale):
-    mode = check_choice(mode, "mode", MODES)
-    q = as_float_array(q, "q", ndim_min=2)
-    k = as_float_array(k, "k", ndim_min=2)
-    if q.shape[:-2] != k.shape[:-2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q (..., q_len, d) and k (..., k_len, d) must share leading axes and d; got q {q.shape}, "
-                         f"k {k.shape}")
-    table = as_float_array(table, "table")
-    if table.ndim != 2 or table.shape[0] % 2 == 0 or table.shape[1] != q.shape[-1]:
-        raise ValueError(f"table must be (2*max_position_embeddings - 1, d={q.shape[-1]}) (odd row count), "
-                         f"got shape {table.shape}")
-    _check_lengths_fit(q.shape[-2], k.shape[-2], (table.shape[0] + 1) // 2)
-    return q, k, table, mode, check_real(scale, "scale", positive=True)
-
-
 def bert_relative_scores(q, k, table, *, mode: str = "relative_key", scale: float = 1.0) -> np.ndarray:
     r"""Relative score term :math:`s\,(q_i \cdot r_{ij} [+ k_j \cdot r_{ij}])`, shape ``(..., q_len, k_len)``.
 
@@ -142,16 +110,12 @@ def bert_relative_scores(q, k, table, *, mode: str = "relative_key", scale: floa
         Multiplies the term; pass the attention scale (``1/sqrt(d)`` as in HF) to add the
         result to scaled logits, or 1.0 to add it to raw scores.
     """
-    return _scores(*_check_inputs(q, k, table, mode, scale))
+    return _scores(*check_bert_scores(q, k, table, mode, MODES, scale))
 
 
 def bert_relative_scores_backward(dscores, q, k, table, *, mode: str = "relative_key", scale: float = 1.0):
     r"""Gradients ``(dq, dk, dtable)`` of :func:`bert_relative_scores`; ``dk`` is None for ``relative_key``."""
-    q, k, table, mode, scale = _check_inputs(q, k, table, mode, scale)
-    dscores = as_float_array(dscores, "dscores", ndim_min=2)
-    expected = q.shape[:-1] + (k.shape[-2],)
-    if dscores.shape != expected:
-        raise ValueError(f"dscores must have shape {expected}, got {dscores.shape}")
+    q, k, table, mode, scale, dscores = check_bert_scores(q, k, table, mode, MODES, scale, dscores)
     return _scores_backward(dscores, q, k, table, mode, scale)
 
 
@@ -184,14 +148,10 @@ class BertRelativeKey(Hook):
 
     def __init__(self, max_position_embeddings: int, head_dim: int, *, mode: str = "relative_key", seed=None,
                  init_std: float = 0.02):
-        self.max_position_embeddings = check_int(max_position_embeddings, "max_position_embeddings", minimum=1)
-        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
-        self.mode = check_choice(mode, "mode", MODES)
-        init_std = check_real(init_std, "init_std", nonnegative=True)
-        shape = check_alloc((2 * self.max_position_embeddings - 1, self.head_dim), np.float64,
-                            "distance table (2 * max_position_embeddings - 1, head_dim)")
+        self.max_position_embeddings, self.head_dim, self.mode, init_std = check_bert_layer(
+            max_position_embeddings, head_dim, mode, MODES, init_std)
         rng = np.random.default_rng(seed)
-        self.params = {"weight": normal_init(rng, init_std, shape)}
+        self.params = {"weight": normal_init(rng, init_std, (2 * self.max_position_embeddings - 1, self.head_dim))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
 
     def _weight(self) -> np.ndarray:
@@ -200,10 +160,7 @@ class BertRelativeKey(Hook):
     def logits(self, q, k, scale, mask=None):
         """Hook: ``s (q_i . r_ij [+ k_j . r_ij])`` with the attention scale ``s``."""
         q, k, scale, mask = check_hook_args(q, k, scale, mask)
-        w = self._weight()
-        if q.shape[-1] != self.head_dim:
-            raise ValueError(f"q must have last axis head_dim={self.head_dim}, got shape {q.shape}")
-        _check_lengths_fit(q.shape[-2], k.shape[-2], self.max_position_embeddings)
+        q, k, w, _, scale = check_bert_scores(q, k, self._weight(), self.mode, MODES, scale)
         return _scores(q, k, w, self.mode, scale).astype(q.dtype, copy=False), (q, k, scale, w)
 
     def logits_backward(self, dlogits, cache):

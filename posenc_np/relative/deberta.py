@@ -49,19 +49,9 @@ import math
 
 import numpy as np
 
-from .._checks import (
-    as_float_array,
-    as_int_array,
-    check_alloc,
-    check_choice,
-    check_deberta_buckets,
-    check_heads,
-    check_hook_args,
-    check_int,
-    check_lengths,
-    check_pos_att_type,
-    check_real,
-)
+from .._checks import check_int, check_lengths
+from .._attention_checks import (check_deberta_layer, check_deberta_positions, check_p2c, check_pos_att_type,
+                                 check_projection, check_qk_heads, check_relative_pos)
 from .._util import memo_table, normal_init, scatter_add_rows
 from ..attention import Hook
 from ..positions import _grid
@@ -76,8 +66,6 @@ __all__ = [
 
 POS_ATT_TYPES = ("c2p", "p2c")
 P2C_INDEX = ("paper", "hf")
-#: |relative_pos| above this is not exactly representable in float64.
-_MAX_ABS_REL = 2 ** 53
 
 
 # --------------------------------------------------------------------------- buckets
@@ -135,12 +123,7 @@ def deberta_log_bucket_position(relative_pos, bucket_size: int, max_position: in
     -------
     ndarray of int64, same shape.
     """
-    rel = as_int_array(relative_pos, "relative_pos")
-    bucket_size, max_position = check_deberta_buckets(bucket_size, max_position)
-    if rel.size and (rel.max() > _MAX_ABS_REL or rel.min() < -_MAX_ABS_REL):  # (np.abs wraps int64's minimum)
-        worst = int(rel.max()) if rel.max() > _MAX_ABS_REL else int(rel.min())
-        raise ValueError(f"relative_pos must satisfy |relative_pos| <= 2**53, got {worst}")
-    return _log_bucket(rel, bucket_size, max_position)
+    return _log_bucket(*check_relative_pos(relative_pos, bucket_size, max_position))
 
 
 def _log_bucket(rel: np.ndarray, bucket_size: int, max_position: int) -> np.ndarray:
@@ -180,21 +163,10 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
     -------
     ndarray of int64, shape ``(q_len, k_len)``
     """
-    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-    bucket_size = check_int(bucket_size, "bucket_size")
-    max_position = check_int(max_position, "max_position")
-    offset = k_len - q_len if query_offset is None else check_int(query_offset, "query_offset", minimum=-2**53,
-                                                                                   maximum=2**53)
-    if bucket_size != -1 and bucket_size < 2:
-        raise ValueError(f"bucket_size must be -1 (no buckets) or >= 2, got {bucket_size}")
-    if max_position != -1 and max_position < 1:
-        raise ValueError(f"max_position must be -1 or >= 1, got {max_position}")
+    q_len, k_len, bucket_size, max_position, offset = check_deberta_positions(q_len, k_len, bucket_size,
+                                                                              max_position, query_offset)
     rel = -_grid(q_len, k_len, offset)
-    if bucket_size == -1:
-        return rel
-    if max_position == -1:
-        raise ValueError(f"bucket_size={bucket_size} needs max_position (max_relative_positions); got -1")
-    return deberta_log_bucket_position(rel, bucket_size, max_position)
+    return rel if bucket_size == -1 else deberta_log_bucket_position(rel, bucket_size, max_position)
 
 
 def _positions(q_len: int, k_len: int, offset: int, bucket_size: int, max_position: int) -> np.ndarray:
@@ -211,7 +183,7 @@ def deberta_scale(head_dim: int, pos_att_type=("c2p", "p2c")) -> float:
     applies the same scale to its terms. ``deberta_scale(64) == 1/sqrt(192)``.
     """
     head_dim = check_int(head_dim, "head_dim", minimum=1)
-    return 1.0 / math.sqrt(head_dim * (1 + len(check_pos_att_type(pos_att_type, POS_ATT_TYPES))))
+    return 1.0 / math.sqrt(head_dim * (1 + len(check_pos_att_type(pos_att_type))))
 
 
 def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads: int) -> np.ndarray:
@@ -224,18 +196,8 @@ def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads:
     ``pos_key_proj`` / ``pos_query_proj``. ``weight`` is ``(H*d, hidden)`` (PyTorch
     ``Linear`` layout), ``bias`` ``(H*d,)`` or ``None``.
     """
-    e = as_float_array(rel_embeddings, "rel_embeddings", ndim_min=2)
-    w = as_float_array(weight, "weight", ndim_min=2)
-    num_heads = check_int(num_heads, "num_heads", minimum=1)
-    if e.ndim != 2 or w.ndim != 2 or w.shape[1] != e.shape[1] or w.shape[0] % num_heads:
-        raise ValueError(f"rel_embeddings must be (2k, hidden) and weight (num_heads*d, hidden) with "
-                         f"num_heads={num_heads} dividing its rows; got {e.shape} and {w.shape}")
-    t = e @ w.T
-    if bias is not None:
-        b = as_float_array(bias, "bias")
-        if b.shape != (w.shape[0],):
-            raise ValueError(f"bias must have shape ({w.shape[0]},), got {b.shape}")
-        t = t + b
+    e, w, b, num_heads = check_projection(rel_embeddings, weight, bias, num_heads)
+    t = e @ w.T if b is None else e @ w.T + b
     return t.reshape(e.shape[0], num_heads, -1).transpose(1, 0, 2).copy()
 
 
@@ -316,20 +278,11 @@ class DebertaDisentangled(Hook):
     def __init__(self, num_heads: int, head_dim: int, *, position_buckets: int = -1,
                  max_relative_positions: int = 512, pos_att_type=("c2p", "p2c"), p2c_index: str = "paper",
                  seed=None, init_std: float = 0.02):
-        self.num_heads = check_int(num_heads, "num_heads", minimum=1)
-        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
-        self.max_relative_positions = check_int(max_relative_positions, "max_relative_positions", minimum=1)
-        self.position_buckets = check_int(position_buckets, "position_buckets")
-        if self.position_buckets != -1:
-            if self.position_buckets < 2:
-                raise ValueError(f"position_buckets must be -1 (no buckets) or >= 2, got {self.position_buckets}")
-            check_deberta_buckets(self.position_buckets, self.max_relative_positions)
-        self.pos_att_type = check_pos_att_type(pos_att_type, POS_ATT_TYPES)
-        self.p2c_index = check_choice(p2c_index, "p2c_index", P2C_INDEX)
-        init_std = check_real(init_std, "init_std", nonnegative=True)
-        self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
-        shape = check_alloc((self.num_heads, 2 * self.span, self.head_dim), np.float64,
-                            "relative tables (num_heads, 2 * span, head_dim)")
+        (self.num_heads, self.head_dim, self.position_buckets, self.max_relative_positions, self.pos_att_type,
+         self.p2c_index, self.span, init_std) = check_deberta_layer(num_heads, head_dim, position_buckets,
+                                                                    max_relative_positions, pos_att_type, p2c_index,
+                                                                    P2C_INDEX, init_std)
+        shape = (self.num_heads, 2 * self.span, self.head_dim)
         rng = np.random.default_rng(seed)
         self.params = {}
         if "c2p" in self.pos_att_type:
@@ -346,22 +299,14 @@ class DebertaDisentangled(Hook):
     def indices(self, q_len: int, k_len: int) -> tuple[np.ndarray, np.ndarray]:
         r"""``(c2p, p2c)`` table rows, each ``(q_len, k_len)``: :math:`\delta(i,j)` and the p2c index."""
         q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-        self._check_p2c(q_len, k_len)
+        check_p2c(self.p2c_index, q_len, k_len)
         return _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span, self.p2c_index)
-
-    def _check_p2c(self, q_len: int, k_len: int) -> None:
-        if self.p2c_index == "hf" and q_len != k_len:
-            raise ValueError(
-                f"p2c_index='hf' needs q_len == k_len (got {q_len} and {k_len}): Hugging Face's p2c term "
-                "is built from a (k_len, k_len) key-key table and has no (q_len, k_len) form; use 'paper'")
 
     def logits(self, q, k, scale, mask=None):
         """Return ``scale * (c2p + p2c)`` (the enabled terms), shape ``(..., H, q_len, k_len)``."""
-        q, k, scale, mask = check_hook_args(q, k, scale, mask)
-        check_heads(q, "q", self.num_heads, self.head_dim)
-        check_heads(k, "k", self.num_heads, self.head_dim)
+        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, self.head_dim)
         q_len, k_len = q.shape[-2], k.shape[-2]
-        self._check_p2c(q_len, k_len)
+        check_p2c(self.p2c_index, q_len, k_len)
         c2p_idx, p2c_idx = _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span,
                                     self.p2c_index)
         qi = np.broadcast_to(np.arange(q_len)[:, None], (q_len, k_len))

@@ -36,17 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import (
-    as_float_array,
-    check_alloc,
-    check_bool,
-    check_hook_args,
-    check_int,
-    check_lengths,
-    check_param,
-    check_real,
-    check_table,
-)
+from .._checks import as_float_array
+from .._attention_checks import (check_hook_args, check_param, check_shaw_index, check_shaw_layer, check_shaw_logits,
+                                 check_shaw_values)
 from .._util import memo_table, normal_init, scatter_add_rows
 from ..attention import Hook
 from ..positions import _grid
@@ -59,9 +51,6 @@ __all__ = [
     "shaw_values",
     "shaw_values_backward",
 ]
-
-_TABLE = "(2*max_relative_position + 1, dim)"
-
 
 # --------------------------------------------------------------------------- the formulas (unchecked)
 
@@ -117,9 +106,7 @@ def shaw_relative_index(q_len: int, k_len: int, max_relative_position: int) -> n
         Clipping distance :math:`K \ge 0` (the paper's ablation includes :math:`K = 0`, where
         every pair shares one vector).
     """
-    q_len, k_len = check_lengths(q_len, k_len, "relative index (q_len, k_len)")
-    kmax = check_int(max_relative_position, "max_relative_position", minimum=0, maximum=2**62)
-    return _index(q_len, k_len, kmax).copy()
+    return _index(*check_shaw_index(q_len, k_len, max_relative_position)).copy()
 
 
 def shaw_logits(q, table, k_len: int, *, scale: float = 1.0) -> np.ndarray:
@@ -134,10 +121,8 @@ def shaw_logits(q, table, k_len: int, *, scale: float = 1.0) -> np.ndarray:
     scale : float
         :math:`s`; the attention scale (``1/sqrt(d)`` in the paper).
     """
-    q = as_float_array(q, "q", ndim_min=2)
-    table = check_table(table, "table", odd_rows=True, width=q.shape[-1], what=_TABLE)
-    _, k_len = check_lengths(q.shape[-2], k_len, "relative index (q_len, k_len)")
-    return _logits(q, table, k_len, check_real(scale, "scale", positive=True))
+    q, table, scale, k_len = check_shaw_logits(q, table, scale, k_len=k_len)
+    return _logits(q, table, k_len, scale)
 
 
 def shaw_logits_backward(dlogits, q, table, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -146,12 +131,7 @@ def shaw_logits_backward(dlogits, q, table, *, scale: float = 1.0) -> tuple[np.n
     :math:`dq_i = s \sum_j G_{ij}\, a^K_{ij}`; :math:`dw^K[r] = s \sum_{\text{idx}_{ij}=r} G_{ij}\, q_i`
     summed over the leading axes (scatter-add).
     """
-    q = as_float_array(q, "q", ndim_min=2)
-    table = check_table(table, "table", odd_rows=True, width=q.shape[-1], what=_TABLE)
-    scale = check_real(scale, "scale", positive=True)
-    dlogits = as_float_array(dlogits, "dlogits", ndim_min=2)
-    if dlogits.shape[:-1] != q.shape[:-1]:
-        raise ValueError(f"dlogits must be (..., q_len, k_len) matching q {q.shape}, got {dlogits.shape}")
+    q, table, scale, dlogits = check_shaw_logits(q, table, scale, dlogits=dlogits)
     return _logits_backward(dlogits, q, table, scale)
 
 
@@ -165,8 +145,7 @@ def shaw_values(probs, table) -> np.ndarray:
     table : ndarray ``(2K+1, d_v)``
         :math:`w^V`.
     """
-    probs = as_float_array(probs, "probs", ndim_min=2)
-    return _values(probs, check_table(table, "table", odd_rows=True, what=_TABLE))
+    return _values(*check_shaw_values(probs, table))
 
 
 def shaw_values_backward(dout, probs, table) -> tuple[np.ndarray, np.ndarray]:
@@ -174,11 +153,7 @@ def shaw_values_backward(dout, probs, table) -> tuple[np.ndarray, np.ndarray]:
 
     :math:`dp_{ij} = U_i \cdot a^V_{ij}`; :math:`dw^V[r] = \sum_{\text{idx}_{ij}=r} p_{ij}\, U_i`.
     """
-    probs = as_float_array(probs, "probs", ndim_min=2)
-    table = check_table(table, "table", odd_rows=True, what=_TABLE)
-    dout = as_float_array(dout, "dout", ndim_min=2)
-    if dout.shape != probs.shape[:-1] + (table.shape[1],):
-        raise ValueError(f"dout must have shape {probs.shape[:-1] + (table.shape[1],)}, got {dout.shape}")
+    probs, table, dout = check_shaw_values(probs, table, dout)
     return _values_backward(dout, probs, table)
 
 
@@ -214,14 +189,9 @@ class ShawRelativeAttention(Hook):
 
     def __init__(self, head_dim: int, max_relative_position: int, *, value_dim=None, use_values: bool = True,
                  seed=None, init_std: float = 0.02):
-        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
-        self.max_relative_position = check_int(max_relative_position, "max_relative_position", minimum=0)
-        self.value_dim = self.head_dim if value_dim is None else check_int(value_dim, "value_dim", minimum=1)
-        self.use_values = check_bool(use_values, "use_values")
-        init_std = check_real(init_std, "init_std", nonnegative=True)
+        self.head_dim, self.max_relative_position, self.value_dim, self.use_values, init_std = check_shaw_layer(
+            head_dim, max_relative_position, value_dim, use_values, init_std)
         rows = 2 * self.max_relative_position + 1
-        check_alloc((rows, max(self.head_dim, self.value_dim)), np.float64,
-                    "relative tables (2 * max_relative_position + 1, dim)")
         rng = np.random.default_rng(seed)
         self.params = {"key": normal_init(rng, init_std, (rows, self.head_dim))}
         if self.use_values:

@@ -53,19 +53,9 @@ import math
 
 import numpy as np
 
-from .._checks import (
-    as_float_array,
-    as_int_array,
-    check_alloc,
-    check_heads,
-    check_hook_args,
-    check_int,
-    check_lengths,
-    check_param,
-    check_real,
-    check_t5_buckets,
-    check_table,
-)
+from .._checks import as_int_array, check_lengths
+from .._attention_checks import (check_param, check_qk_heads, check_t5_bias, check_t5_buckets, check_t5_grad,
+                                 check_t5_layer)
 from .._util import memo_table, normal_init, scatter_add_rows, sum_to_shape
 from ..attention import Hook
 from ..positions import _grid
@@ -185,9 +175,8 @@ def t5_bias(table, q_len: int, k_len: int, *, bidirectional: bool = True, max_di
     bidirectional, max_distance
         As in :func:`t5_relative_position_bucket` (``num_buckets`` is ``table.shape[0]``).
     """
-    table = check_table(table, "table", what="(num_buckets, num_heads)")
-    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-    return _bias(table, _bucket_map(q_len, k_len, *check_t5_buckets(table.shape[0], max_distance, bidirectional)))
+    table, q_len, k_len, config = check_t5_bias(table, q_len, k_len, max_distance, bidirectional)
+    return _bias(table, _bucket_map(q_len, k_len, *config))
 
 
 def t5_bias_backward(dbias, num_buckets: int, *, bidirectional: bool = True, max_distance: int = 128) -> np.ndarray:
@@ -207,10 +196,8 @@ def t5_bias_backward(dbias, num_buckets: int, *, bidirectional: bool = True, max
     -------
     ndarray ``(num_buckets, num_heads)`` in ``dbias``'s float dtype.
     """
-    dbias = as_float_array(dbias, "dbias", ndim_min=3)
-    config = check_t5_buckets(num_buckets, max_distance, bidirectional)
-    q_len, k_len = check_lengths(*dbias.shape[-2:], "relative positions (q_len, k_len)")
-    return _bias_backward(dbias, _bucket_map(q_len, k_len, *config), config[0])
+    dbias, config = check_t5_grad(dbias, num_buckets, max_distance, bidirectional)
+    return _bias_backward(dbias, _bucket_map(*dbias.shape[-2:], *config), config[0])
 
 
 class T5RelativeBias(Hook):
@@ -244,11 +231,8 @@ class T5RelativeBias(Hook):
 
     def __init__(self, num_heads: int, *, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True, seed=None, init_std: float = 0.02):
-        self.num_heads = check_int(num_heads, "num_heads", minimum=1)
-        self.num_buckets, self.max_distance, self.bidirectional = check_t5_buckets(
-            num_buckets, max_distance, bidirectional)
-        init_std = check_real(init_std, "init_std", nonnegative=True)
-        check_alloc((self.num_buckets, self.num_heads), np.float64, "bias table (num_buckets, num_heads)")
+        self.num_heads, self.num_buckets, self.max_distance, self.bidirectional, init_std = check_t5_layer(
+            num_heads, num_buckets, max_distance, bidirectional, init_std)
         rng = np.random.default_rng(seed)
         self.params = {"weight": normal_init(rng, init_std, (self.num_buckets, self.num_heads))}
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
@@ -267,9 +251,7 @@ class T5RelativeBias(Hook):
 
     def bias_backward(self, dbias) -> None:
         """Write ``grads["weight"]`` from ``dbias`` of shape ``(..., num_heads, q_len, k_len)``."""
-        dbias = as_float_array(dbias, "dbias", ndim_min=3)
-        check_heads(dbias, "dbias", self.num_heads, axes="q_len, k_len")
-        self.buckets(*dbias.shape[-2:])  # (checks the lengths)
+        dbias, _ = check_t5_grad(dbias, self.num_buckets, self.max_distance, self.bidirectional, self.num_heads)
         self._table_grad(dbias, self._weight())
 
     def _table_grad(self, dbias: np.ndarray, w: np.ndarray) -> None:
@@ -279,8 +261,7 @@ class T5RelativeBias(Hook):
     # -- attention hook ------------------------------------------------------------------
     def logits(self, q, k, scale, mask=None):
         """Hook: the bias (cast to ``q``'s dtype), not multiplied by ``scale``."""
-        q, k, scale, mask = check_hook_args(q, k, scale, mask)
-        check_heads(q, "q", self.num_heads, axes="q_len, d")
+        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, None)
         w = self._weight()
         buckets = _bucket_map(q.shape[-2], k.shape[-2], self.num_buckets, self.max_distance, self.bidirectional)
         return _bias(w, buckets).astype(q.dtype, copy=False), w

@@ -32,17 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import (
-    as_float_array,
-    check_alloc,
-    check_even,
-    check_heads,
-    check_hook_args,
-    check_int,
-    check_real,
-)
+from .._checks import as_float_array
+from .._attention_checks import check_qk_heads, check_txl_layer, check_txl_sinusoid
 from .._util import memo_table, normal_init
-from ..absolute import _frequencies, _sinusoid, sinusoidal_frequencies
+from ..absolute import _frequencies, _sinusoid
 from ..attention import Hook
 
 __all__ = ["TransformerXLRelative", "rel_shift", "rel_shift_backward", "txl_relative_sinusoid"]
@@ -118,14 +111,7 @@ def txl_relative_sinusoid(k_len: int, dim: int, *, base: float = 10000.0, clamp_
     -------
     ndarray, float64, shape ``(k_len, dim)``
     """
-    k_len = check_int(k_len, "k_len", minimum=0)
-    check_alloc((k_len,), np.int64, "relative distances (k_len,)")
-    dim = check_int(dim, "dim", minimum=1)
-    check_alloc((k_len, dim), np.float64, "sinusoidal table positions.shape + (dim,)")
-    base = check_real(base, "base", positive=True)
-    sinusoidal_frequencies(dim, base=base)  # (checks an even dim and base != 1)
-    clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
-    return _txl_sinusoid(k_len, dim, base, clamp_len).copy()
+    return _txl_sinusoid(*check_txl_sinusoid(k_len, dim, base, clamp_len)).copy()
 
 
 @memo_table
@@ -182,14 +168,8 @@ class TransformerXLRelative(Hook):
 
     def __init__(self, num_heads: int, head_dim: int, d_model_r: int, *, base: float = 10000.0,
                  clamp_len=None, seed=None, init_std: float = 0.02):
-        self.num_heads = check_int(num_heads, "num_heads", minimum=1)
-        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
-        self.d_model_r = check_even(d_model_r, "d_model_r")
-        self.base = check_real(base, "base", positive=True)
-        self.clamp_len = None if clamp_len is None else check_int(clamp_len, "clamp_len", minimum=1, maximum=2**62)
-        sinusoidal_frequencies(self.d_model_r, base=self.base)  # (checks base != 1)
-        init_std = check_real(init_std, "init_std", nonnegative=True)
-        check_alloc((self.d_model_r, self.num_heads * self.head_dim), np.float64, "W_r (d_model_r, num_heads * head_dim)")
+        self.num_heads, self.head_dim, self.d_model_r, self.base, self.clamp_len, init_std = check_txl_layer(
+            num_heads, head_dim, d_model_r, base, clamp_len, init_std)
         rng = np.random.default_rng(seed)
         h, d = self.num_heads, self.head_dim
         self.params = {
@@ -202,9 +182,7 @@ class TransformerXLRelative(Hook):
     def relative_keys(self, k_len: int) -> tuple[np.ndarray, np.ndarray]:
         r"""``(R, r)``: the sinusoid ``(k_len, d_r)`` and per-head keys :math:`r = R W_r`,
         ``(H, k_len, d)``, row :math:`m` for distance :math:`k_{len}-1-m`."""
-        k_len = check_int(k_len, "k_len", minimum=0)
-        check_alloc((k_len, self.d_model_r), np.float64, "sinusoidal table positions.shape + (dim,)")
-        return self._relative_keys(k_len)
+        return self._relative_keys(check_txl_sinusoid(k_len, self.d_model_r, self.base, self.clamp_len)[0])
 
     def _relative_keys(self, k_len: int):
         big_r = _txl_sinusoid(k_len, self.d_model_r, self.base, self.clamp_len)
@@ -213,9 +191,7 @@ class TransformerXLRelative(Hook):
 
     def logits(self, q, k, scale, mask=None):
         """Return ``scale * (u.k_j + rel_shift((q + v) r^T))``, shape ``(..., H, q_len, k_len)``."""
-        q, k, scale, mask = check_hook_args(q, k, scale, mask)
-        check_heads(q, "q", self.num_heads, self.head_dim)
-        check_heads(k, "k", self.num_heads, self.head_dim)
+        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, self.head_dim)
         dtype = q.dtype
         big_r, r = self._relative_keys(k.shape[-2])
         u = self.params["u"].astype(dtype, copy=False)
