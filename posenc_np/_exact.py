@@ -576,9 +576,8 @@ def float32_split(pos: Positions, tc: TurnConstants) -> tuple[np.ndarray, np.nda
     :math:`A = a 2^{12}\omega`, :math:`B = b\,\omega`. The small tables (the distinct :math:`b` and
     :math:`a` present) hold exact values rounded to float32; each entry then costs two float32
     products and one float32 sum, so the error does not grow with the position: at most
-    :math:`4.83 \cdot 2^{-25} = 1.44 \cdot 10^{-7}` (five roundings of values up to 1); measured
-    1.43e-7 over :math:`10^7` entries at positions up to :math:`2^{53}`.
-    Positions must be integers.
+    :math:`4.83 \cdot 2^{-25} = 1.44 \cdot 10^{-7}` (five roundings of values up to 1; the measured
+    maximum is in ``docs/precision.md``). Positions must be integers.
     """
     if pos.frac is not None:
         raise ValueError("method='float32-split' needs integer positions (it splits p = a*4096 + b)")

@@ -77,15 +77,18 @@ def check_rope_tables(x: np.ndarray, cos, sin, name: str) -> tuple[np.ndarray, n
     return cos, sin
 
 
-def _check_rope_pairs(table: np.ndarray, layout: str, name: str) -> None:
-    """Both members of each pair of a cos/sin table must hold the same value.
+def _check_table_values(table: np.ndarray, layout: str, name: str) -> None:
+    """A cos/sin table's values: finite, and both members of each pair equal.
 
-    A table built for the other layout fails this check (unless every angle is equal), which
-    catches the classic half/interleaved mix-up instead of rotating the wrong channels.
+    A table built for the other layout fails the pair check (unless every angle is equal),
+    which catches the classic half/interleaved mix-up instead of rotating the wrong channels.
+    (The first members are checked for finiteness; equal pairs make the second ones finite too.)
     """
     n = table.shape[-1] // 2
     first, second = (table[..., :n], table[..., n:]) if layout == "half" else (table[..., 0::2], table[..., 1::2])
-    if not np.array_equal(first, second):
+    if not np.isfinite(first).all():
+        raise ValueError("cos and sin must be finite (no NaN or inf)")
+    if not (first == second).all():
         raise ValueError(f"{name} is not a {layout!r}-layout table: the two channels of each pair differ "
                          f"(expected {'[c | c]' if layout == 'half' else '[c0, c0, c1, c1, ...]'}; "
                          "was it built for the other layout?)")
@@ -113,10 +116,8 @@ def check_rotation(x, cos, sin, layout, backend, name: str):
     x = np.asarray(x)
     check_float_dtype(x.dtype, f"{name}.dtype")
     cos, sin = check_rope_tables(x, cos, sin, name)
-    if not (np.all(np.isfinite(cos)) and np.all(np.isfinite(sin))):
-        raise ValueError("cos and sin must be finite (no NaN or inf)")
-    _check_rope_pairs(cos, layout, "cos")
-    _check_rope_pairs(sin, layout, "sin")
+    _check_table_values(cos, layout, "cos")
+    _check_table_values(sin, layout, "sin")
     if backend == "numba" and x.dtype not in (np.float32, np.float64):
         raise TypeError(f"backend='numba' needs float32 or float64 input, got {x.dtype}")
     return x, cos, sin

@@ -38,7 +38,7 @@ def scatter_add_rows(index: np.ndarray, values: np.ndarray, num_rows: int) -> np
 
     Implementation: stable-sort the indices, sum each run of equal indices with
     ``np.add.reduceat`` (in their original order, like ``np.add.at``) and write the sums to
-    their rows; 4-8x faster than ``np.add.at`` for small tables and a few thousand lookups.
+    their rows, which is faster than ``np.add.at`` (``docs/benchmarks.md``, "Small choices").
     """
     index = np.asarray(index)
     if values.shape[: index.ndim] != index.shape:

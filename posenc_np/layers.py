@@ -67,8 +67,8 @@ def _check_dy(dy, shape, name):
 def _mean_last(a: np.ndarray) -> np.ndarray:
     """Mean over the last axis, keepdims: ``a @ (1/d, ..., 1/d)``.
 
-    A matrix-vector product (BLAS gemv) instead of ``a.mean(-1)``: same value, several times
-    faster for the short rows of a transformer (d = 64: 7 us vs 33 us for 1000 rows)."""
+    A matrix-vector product (BLAS gemv) instead of ``a.mean(-1)``: same value, faster for the
+    short rows of a transformer (``docs/benchmarks.md``, "Small choices")."""
     d = a.shape[-1]
     return (a @ np.full(d, 1.0 / d, dtype=a.dtype))[..., None]
 
@@ -123,7 +123,7 @@ class Linear:
         self.grads["weight"] = x.reshape(-1, self.in_features).T @ g
         if "bias" in self.params:
             self.grads["bias"] = _sum_rows(g)
-        # a 2-D product over all rows: with the transposed weight a batched 3-D matmul is ~1.7x slower
+        # a 2-D product over all rows (faster than a batched 3-D matmul: docs/benchmarks.md, "Small choices")
         return (g @ self.params["weight"].T).reshape(x.shape)
 
 

@@ -75,7 +75,7 @@ class ModelConfig:
     position : str
         A key of :data:`REGISTRY`.
     position_options : dict
-        Encoding options (see each adapter), e.g. ``{"scaling": {"rope_type": "linear", "factor": 2}}``.
+        Encoding options (see its :data:`REGISTRY` entry), e.g. ``{"scaling": {"rope_type": "linear", "factor": 2}}``.
     fusion : {"add", "concat", "multiply"}
         For absolute encodings only.
     gelu : {"tanh", "none"}

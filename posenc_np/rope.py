@@ -30,11 +30,13 @@ the exact :math:`\cos`/:math:`\sin` for positions :math:`|p| < 2^{53}` (:mod:`po
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from . import _exact
+from .kernels import ROPE_NUMBA_MIN_ELEMENTS  # (the package alone: no Numba)
 from ._checks import check_alloc, check_angles, check_choice, check_int
 from ._table_checks import (ROPE_BACKENDS, ROPE_LAYOUTS, check_apply, check_distances, check_frequency_pair,
                             check_layout_conversion, check_mrope_section, check_qk, check_streams, check_table_args,
@@ -115,9 +117,15 @@ def _rotate_numpy(x, cos, sin, layout, inverse, out=None):
 
 def _rotate_numba(x, cos, sin, layout, inverse, out=None):
     """The same rotation by the Numba kernel (bit-identical to :func:`_rotate_numpy` on valid tables)."""
-    from .kernels.rope import rotate_tables
+    return _kernel().rotate_tables(x, cos, sin, layout, inverse, out)
 
-    return rotate_tables(x, cos, sin, layout, inverse, out)
+
+@functools.cache
+def _kernel():
+    """:mod:`posenc_np.kernels.rope`, imported (with Numba) on first use."""
+    from .kernels import rope
+
+    return rope
 
 
 def _resolve(backend: str, x: np.ndarray) -> str:
@@ -126,8 +134,6 @@ def _resolve(backend: str, x: np.ndarray) -> str:
     reading it does not import Numba), NumPy below."""
     if backend != "auto":
         return backend
-    from .kernels import ROPE_NUMBA_MIN_ELEMENTS
-
     fits = x.dtype in (np.float32, np.float64)
     return "numba" if fits and x.size >= ROPE_NUMBA_MIN_ELEMENTS else "numpy"
 

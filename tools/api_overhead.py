@@ -10,10 +10,16 @@ For each shape (``(B, H, T, D)`` float32, ``(T, D)`` tables from ``rope.cos_sin`
   alone, with the exact arguments ``rope.apply`` handed it (captured once) but a fresh output
   buffer: the rotation without any Python around it;
 - ``share``: rotation / apply, the fraction of the public call spent rotating;
-- ``calls``: Python-level function calls per ``rope.apply`` (cProfile's count).
+- ``calls``: Python-level function calls per ``rope.apply`` (cProfile's count);
+- ``checks``: the door's argument checks alone (``_table_checks.check_apply``);
+- ``launch``: the unchecked kernel entry ``kernels.rope.rotate_tables`` (the kernel's Python
+  planning and the launch: everything ``apply`` does after its checks);
+- ``out=x``: median wall time of ``rope.apply(x, cos, sin, out=x)`` (in place, no output
+  allocation), where the library has ``out=``.
 
-Timings are medians of ``--repeat`` runs of 20 calls each; the machine may be shared, so read
-ratios, not absolute figures.
+Timings are medians of ``--repeat`` runs of 20 calls each. On a shared machine wall time is
+at the mercy of the other processes; ``--cpu`` (with ``NUMBA_NUM_THREADS=1``) measures the CPU
+time this process spends instead.
 """
 
 from __future__ import annotations
@@ -33,13 +39,18 @@ from posenc_np.kernels import rope as krope
 SHAPES = ((8, 4, 128, 16), (2, 8, 512, 64))
 
 
+#: The clock: wall time (``time.perf_counter``), or with ``--cpu`` the CPU time of this process
+#: (``time.process_time``), which other processes on a shared machine do not inflate.
+CLOCK = time.perf_counter
+
+
 def _median_us(fn, repeat: int, inner: int = 20) -> float:
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         for _ in range(inner):
             fn()
-        times.append((time.perf_counter() - t0) / inner)
+        times.append((CLOCK() - t0) / inner)
     return statistics.median(times) * 1e6
 
 
@@ -86,8 +97,16 @@ def measure_shape(shape, repeat: int) -> dict:
         kernel(*args[:out_at], np.empty_like(args[out_at]), *args[out_at + 1:])
 
     t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
-    return {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
-            "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)}
+    row = {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
+           "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)}
+    try:  # this layout of the library: the door's checks alone, and the unchecked kernel entry
+        from posenc_np._table_checks import check_apply
+    except ImportError:
+        return row
+    row["checks_us"] = round(_median_us(lambda: check_apply(x, cos, sin, "half", "auto", None, "x"), repeat), 1)
+    row["launch_us"] = round(_median_us(lambda: krope.rotate_tables(x, cos, sin, "half", False, None), repeat), 1)
+    row["in_place_us"] = round(_median_us(lambda: rope.apply(x, cos, sin, out=x), repeat), 1)
+    return row
 
 
 def measure(repeat: int) -> list[dict]:
@@ -98,15 +117,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=51)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="time with the process's CPU time, not wall time "
+                        "(stable on a shared machine; run with NUMBA_NUM_THREADS=1 so the kernel runs in this thread)")
     args = parser.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.cpu else time.perf_counter
     rows = measure(args.repeat)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
-    print(f"{'shape':18s} {'apply':>9s} {'rotation':>9s} {'share':>6s} {'calls':>6s}")
+    print(f"{'shape':18s} {'apply':>9s} {'checks':>9s} {'launch':>9s} {'rotation':>9s} {'share':>6s} {'calls':>6s} "
+          f"{'out=x':>9s}")
     for r in rows:
-        print(f"{tuple(r['shape'])!s:18s} {r['apply_us']:7.1f}us {r['rotation_us']:7.1f}us {r['share']:6.0%} "
-              f"{r['calls']:6.0f}")
+        opt = {k: f"{r[k]:7.1f}us" if k in r else "        -" for k in ("checks_us", "launch_us", "in_place_us")}
+        print(f"{tuple(r['shape'])!s:18s} {r['apply_us']:7.1f}us {opt['checks_us']} {opt['launch_us']} "
+              f"{r['rotation_us']:7.1f}us {r['share']:6.0%} {r['calls']:6.0f} {opt['in_place_us']}")
     return 0
 
 
