@@ -25,11 +25,14 @@ __all__ = [
     "check_angles",
     "check_bool",
     "check_choice",
+    "check_even",
     "check_float_dtype",
+    "check_grad",
     "check_int",
     "check_lengths",
     "check_out",
     "check_real",
+    "shares_memory",
 ]
 
 #: Largest array (in bytes) a function builds from integer size arguments alone (a table of
@@ -218,14 +221,15 @@ def check_out(out, like: np.ndarray, name: str, *others: np.ndarray):
     same_view = (out.__array_interface__["data"][0] == like.__array_interface__["data"][0]
                  and out.strides == like.strides)
     for other, what in ((like, "the input"), *((o, "another input") for o in others)):
-        if (other is not like or not same_view) and _shares_memory(out, other):
+        if (other is not like or not same_view) and shares_memory(out, other):
             raise ValueError(f"{name} partially overlaps {what}; pass the input itself (in place) or a "
                              "separate array")
     return out
 
 
-def _shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    """Exact overlap test with a work bound; a problem too hard to decide counts as overlap."""
+def shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` share an element: exact, with a work bound (a problem too hard to
+    decide counts as sharing). The kernels use it too."""
     if not np.may_share_memory(a, b):
         return False
     try:

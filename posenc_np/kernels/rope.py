@@ -69,6 +69,7 @@ from .._checks import (
     check_choice,
     check_real,
 )
+from .._checks import shares_memory as _overlaps
 from .._table_checks import ROPE_LAYOUTS as LAYOUTS
 from .._table_checks import check_rope_tables as _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
@@ -346,15 +347,6 @@ def _offsets(shape, strides) -> np.ndarray:
 def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
     return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
             and a.strides == b.strides and a.shape == b.shape)
-
-
-def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
-    if not np.may_share_memory(a, b):
-        return False
-    try:
-        return bool(np.shares_memory(a, b, max_work=10**6))
-    except np.exceptions.TooHardError:
-        return True
 
 
 def _blocks(n_outer: int, n_inner: int, threads: int, tile_rows: str, tile_row_bytes: int) -> tuple[int, int]:
