@@ -41,7 +41,6 @@ ENCODING_MODULES = (
     "posenc_np/alibi.py",
     "posenc_np/attention.py",
     "posenc_np/positions.py",
-    "posenc_np/_rotary.py",
     "posenc_np/relative/t5.py",
     "posenc_np/relative/shaw.py",
     "posenc_np/relative/bert.py",

@@ -7,11 +7,11 @@ Every scheme is available as a :class:`posenc_np.attention.Hook` so that one cal
 :func:`posenc_np.attention.forward` gives attention with that encoding, forward and backward.
 """
 
-from . import bert, deberta, shaw, t5, transformer_xl
-from .bert import *  # noqa: F401,F403
-from .deberta import *  # noqa: F401,F403
-from .shaw import *  # noqa: F401,F403
 from .t5 import *  # noqa: F401,F403
+from .shaw import *  # noqa: F401,F403
+from .bert import *  # noqa: F401,F403
 from .transformer_xl import *  # noqa: F401,F403
+from .deberta import *  # noqa: F401,F403
+from . import bert, deberta, shaw, t5, transformer_xl
 
 __all__ = [*t5.__all__, *shaw.__all__, *bert.__all__, *transformer_xl.__all__, *deberta.__all__]
