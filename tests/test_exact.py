@@ -36,6 +36,11 @@ def _mp_freqs(params):
     return inv, af
 
 
+def _mpf(x):
+    """``mpmath.mpf`` of a Python or NumPy number (mpmath 1.3 rejects NumPy integers)."""
+    return mpmath.mpf(x.item() if isinstance(x, np.generic) else x)
+
+
 def _mp_tables(positions, inv, amplitude=1):
     """Exact amplitude*cos / amplitude*sin of positions[:, None] * inv (lists of mpf)."""
     with mpmath.workprec(MP_BITS):
@@ -43,7 +48,7 @@ def _mp_tables(positions, inv, amplitude=1):
         c, s = np.empty(shape, dtype=object), np.empty(shape, dtype=object)
         for a, p in enumerate(positions):
             for i, w in enumerate(inv):
-                t = mpmath.mpf(p) * w
+                t = _mpf(p) * w
                 c[a, i], s[a, i] = amplitude * mpmath.cos(t), amplitude * mpmath.sin(t)
     return c, s
 
@@ -86,7 +91,7 @@ def test_inv_freq_of_every_rope_type_is_correctly_rounded(params, scaling):
     assert af == float(exact_af)
     with mpmath.workprec(MP_BITS):  # and the values cos_sin uses are the formula's to ~250 bits
         for (m, e), x in zip(_exact.exact_values(inv), exact):
-            assert abs(mpmath.mpf(m) * mpmath.mpf(2) ** e - x) <= abs(x) * mpmath.mpf(2) ** -240
+            assert abs(_mpf(m) * mpmath.mpf(2) ** e - x) <= abs(x) * mpmath.mpf(2) ** -240
 
 
 def test_sinusoidal_frequencies_and_timing_signal_timescales_are_correctly_rounded():
@@ -145,7 +150,7 @@ def test_double_double_reference_is_within_2_to_minus_60():
     pos = np.array([3, 99991, 2 ** 40 + 17, 2 ** 52 - 5])
     c_hi, c_lo, s_hi, s_lo = _exact.dd_cos_sin(_exact.positions(pos), _exact.turn_constants(inv))
     with mpmath.workprec(MP_BITS):
-        w = [mpmath.mpf(m) * mpmath.mpf(2) ** e for m, e in _exact.exact_values(inv)]
+        w = [_mpf(m) * mpmath.mpf(2) ** e for m, e in _exact.exact_values(inv)]
     want_c, want_s = _mp_tables(pos, w)
     with mpmath.workprec(MP_BITS):
         for hi, lo, want in ((c_hi, c_lo, want_c), (s_hi, s_lo, want_s)):
@@ -156,7 +161,7 @@ def test_double_double_reference_is_within_2_to_minus_60():
 def test_attention_factor_and_other_table_builders_are_exact():
     inv, _ = rope.inv_freq(16)
     with mpmath.workprec(MP_BITS):
-        w = [mpmath.mpf(m) * mpmath.mpf(2) ** e for m, e in _exact.exact_values(inv)]
+        w = [_mpf(m) * mpmath.mpf(2) ** e for m, e in _exact.exact_values(inv)]
     pos = np.array([7, 123456789, 2 ** 45 + 1])
     cos, _ = rope.cos_sin(pos, inv, attention_factor=1.3467, layout="interleaved")
     want_c, _ = _mp_tables(pos, w, mpmath.mpf(1.3467))
