@@ -33,8 +33,13 @@ import numpy as np
 import pytest
 
 from posenc_np import rope
-from posenc_np.kernels import ROPE_NUMBA_MIN_ELEMENTS, rope_apply, rope_apply_angles, rope_apply_qk
-from posenc_np.kernels import _numba
+from posenc_np.kernels import (
+    ROPE_NUMBA_MIN_ELEMENTS,
+    _numba,
+    rope_apply,
+    rope_apply_angles,
+    rope_apply_qk,
+)
 
 ANGLE_ULPS = 4
 F64_ANGLE_ERR = 4.5e-16
@@ -608,16 +613,16 @@ def test_unwritable_cache_dir_still_works(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     unwritable = str(blocker / "numba_cache")
-    code = """
+    code = f"""
         import numpy as np
         from posenc_np.kernels import _numba, rope_apply
         from posenc_np import rope
-        assert _numba.cache_dir() != {bad!r}, _numba.cache_dir()
+        assert _numba.cache_dir() != {unwritable!r}, _numba.cache_dir()
         x = np.ones((3, 4, 8))
         c, s = rope.cos_sin(np.arange(4), 10000.0 ** (-np.arange(0, 8, 2) / 8), layout="half")
         assert np.array_equal(rope_apply(x, c, s, layout="half"), rope.apply(x, c, s, layout="half", backend="numpy"))
         print(_numba.cache_dir())
-    """.format(bad=unwritable)
+    """
     # NUMBA_CACHE_DIR, HOME and TMPDIR all unusable: falls back to the package cache.
     proc = run_python(code, env={"NUMBA_CACHE_DIR": unwritable, "HOME": unwritable, "TMPDIR": unwritable})
     assert proc.stdout.strip() == _numba._PACKAGE_CACHE or os.access(proc.stdout.strip(), os.W_OK)

@@ -55,7 +55,6 @@ written. Small calls (under ``_ELEMENTS_PER_THREAD`` elements per thread) run on
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 
 import numba
@@ -71,7 +70,7 @@ __all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles", "rope_a
 
 # ``backend="auto"``'s switch, defined (with its measurement) in the package
 # ``posenc_np/kernels/__init__.py`` so that ``rope.apply`` can read it without importing Numba.
-from . import ROPE_NUMBA_MIN_ELEMENTS  # noqa: E402,F401
+from . import ROPE_NUMBA_MIN_ELEMENTS
 
 # RoPE needs no contraction: without ``contract`` each product and sum is rounded exactly as
 # the NumPy reference rounds it, so the table path matches it bit for bit.
