@@ -51,7 +51,7 @@ BACKENDS = ("auto", "numpy", "numba")
 #: ``(heads, q_len, k_len)`` result larger than this, and the NumPy path of :func:`attention`
 #: refuses inputs whose ``(..., heads, q_len, k_len)`` scores would be larger (that path holds
 #: several arrays of that size at once, so its peak is a few times the budget). The fused
-#: kernel (``backend="numba"``, float32/float64) never materialises either and has no such limit.
+#: kernel (``backend="numba"``) never materialises either and has no such limit.
 MAX_BIAS_BYTES = 1 << 30
 #: Largest query-key distance whose float value is exact, by dtype the positions are computed in.
 _EXACT_DISTANCE = {np.dtype(np.float16): 2**11, np.dtype(np.float32): 2**24, np.dtype(np.float64): 2**53}
@@ -216,47 +216,99 @@ def _bias(m: np.ndarray, q_len: int, k_len: int, form: str, q_offset: int, dtype
 
 def _check_budget(shape, dtype, what: str) -> None:
     check_alloc(shape, dtype, what, limit=MAX_BIAS_BYTES, limit_name="MAX_BIAS_BYTES",
-                hint="use a shorter query block (q_offset), or the fused kernel (backend='numba', float32/float64)")
+                hint="use a shorter query block (q_offset), or the fused kernel (backend='numba')")
 
 
 # --------------------------------------------------------------------------- attention
 
+#: dtypes the fused kernel takes (by name; bfloat16 is ``ml_dtypes.bfloat16``), and those of the
+#: NumPy path (which computes in the inputs' dtype). bfloat16 goes to the kernel only.
+_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _check_qkv(q, k, v):
+    """:func:`posenc_np.attention`'s checks, except that ``k``/``v`` may have fewer heads than
+    ``q`` (a divisor: grouped-query attention, 1 = multi-query). Returns ``(q, k, v, group)``
+    in their common dtype (bfloat16 arrays, which NumPy cannot promote, must all be bfloat16)."""
+    names = ("q", "k", "v")
+    arrays = [np.asarray(x) for x in (q, k, v)]
+    bf16 = [a.dtype.name == "bfloat16" for a in arrays]
+    if any(bf16) and not all(bf16):
+        raise TypeError(f"q, k, v must all be bfloat16 when one is, got {', '.join(str(a.dtype) for a in arrays)}")
+    if not any(bf16):
+        arrays = [as_float_array(a, name) for a, name in zip(arrays, names)]
+    for a, name in zip(arrays, names):
+        if a.ndim < 3:
+            raise ValueError(f"{name} must have at least 3 dimensions (..., heads, len, d), got shape {a.shape}")
+    q, k, v = arrays
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if (q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1] or (kv_heads == 0) != (heads == 0)
+            or (kv_heads and heads % kv_heads)):
+        raise ValueError(f"q, k, v must be (..., heads, q_len, d), (..., kv_heads, k_len, d), (..., kv_heads, k_len, "
+                         f"d_v) with matching leading axes, k/v lengths, and heads a multiple of kv_heads "
+                         f"(grouped-query attention); got q {q.shape}, k {k.shape}, v {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last axis d; got q {q.shape}, k {k.shape}")
+    if not any(bf16):
+        dtype = np.result_type(q, k, v)
+        q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    return q, k, v, (heads // kv_heads if kv_heads else 1)
+
+
 def _resolve_backend(backend, q, k) -> str:
     """Pick the implementation for :func:`attention`; the one place that decides.
 
-    ``"numpy"``: the reference with a materialised bias. ``"numba"``: the fused, tiled kernel
-    (:mod:`posenc_np.kernels.alibi`; float32/float64 only). ``"auto"``: the kernel when the
-    dtype allows it and ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (measured crossover, see
-    ``docs/benchmarks.md``), NumPy below. Numba is imported only when the kernel is chosen.
+    ``"numpy"``: the reference with a materialised bias (not bfloat16). ``"numba"``: the fused,
+    tiled kernel (:mod:`posenc_np.kernels.alibi`; float16, bfloat16, float32, float64; it
+    splits long key ranges over threads by itself when there are few queries, as in decoding).
+    ``"auto"``: the kernel when the dtype allows it and ``max(q_len, k_len) >=
+    ALIBI_NUMBA_MIN_T`` (measured crossover, see ``docs/benchmarks.md``), and always for
+    bfloat16; NumPy below. Numba is imported only when the kernel is chosen.
     """
     backend = check_choice(backend, "backend", BACKENDS)
+    bf16 = q.dtype.name == "bfloat16"
     if backend == "numpy":
+        if bf16:
+            raise TypeError("backend='numpy' cannot compute in bfloat16 (NumPy has no bfloat16 arithmetic); use "
+                            "backend='numba' or 'auto', or cast to float32")
         return "numpy"
-    kernel_dtype = q.dtype in (np.float32, np.float64)
+    kernel_dtype = q.dtype.name in _KERNEL_DTYPES
     if backend == "numba":
         if not kernel_dtype:
-            raise TypeError(f"backend='numba' needs float32 or float64 inputs, got {q.dtype}")
+            raise TypeError(f"backend='numba' needs float16, bfloat16, float32 or float64 inputs, got {q.dtype}")
         return "numba"
     from .kernels import ALIBI_NUMBA_MIN_T  # does not import Numba
 
+    if bf16:
+        return "numba"
     return "numba" if kernel_dtype and max(q.shape[-2], k.shape[-2]) >= ALIBI_NUMBA_MIN_T else "numpy"
 
 
-def _forward_numpy(q, k, v, m, causal, scale):
+def _forward_numpy(q, k, v, m, causal, scale, group):
     q_len, k_len = q.shape[-2], k.shape[-2]
     _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path")
     form = "causal" if causal else "symmetric"
     # Bottom-right alignment, as in posenc_np.attention: query i is at position i + k_len - q_len.
     b = _bias(m, q_len, k_len, form, k_len - q_len, q.dtype)
-    return _attn.forward(q, k, v, bias=b, causal=causal, scale=scale)
+    if group > 1:  # grouped-query: each key/value head serves `group` query heads
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    out, inner = _attn.forward(q, k, v, bias=b, causal=causal, scale=scale)
+    return out, {"attention": inner, "group": group}
+
+
+def _group_sum(g, group):
+    """Sum the gradients of each group of ``group`` query heads into their key/value head."""
+    if group == 1:
+        return g
+    return g.reshape(g.shape[:-3] + (g.shape[-3] // group, group) + g.shape[-2:]).sum(axis=-3)
 
 
 def _backward_numpy(dout, inner):
-    grads = _attn.backward(dout, inner)
-    return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
+    grads = _attn.backward(dout, inner["attention"])
+    return {"q": grads["q"], "k": _group_sum(grads["k"], inner["group"]), "v": _group_sum(grads["v"], inner["group"])}
 
 
-def _forward_numba(q, k, v, m, causal, scale):
+def _forward_numba(q, k, v, m, causal, scale, group):
     from .kernels.alibi import alibi_attention_forward
 
     # q_offset=None is the same bottom-right alignment as the NumPy path.
@@ -292,8 +344,11 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     Parameters
     ----------
     q, k, v : ndarray
-        ``(..., heads, q_len, d)``, ``(..., heads, k_len, d)``, ``(..., heads, k_len, d_v)``;
-        float32 in gives float32 out.
+        ``(..., heads, q_len, d)``, ``(..., kv_heads, k_len, d)``, ``(..., kv_heads, k_len, d_v)``;
+        ``kv_heads`` divides ``heads`` (grouped-query attention, 1 = multi-query: query head
+        ``h`` uses key/value head ``h // (heads // kv_heads)``). float32 in gives float32 out;
+        float16 and bfloat16 (``ml_dtypes.bfloat16``, kernel only) are computed in float32 by
+        the kernel and returned in their dtype.
     slopes : array_like, optional
         ``(heads,)``; default :func:`slopes` ``(heads)``.
     causal : bool
@@ -303,8 +358,9 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     backend : {"auto", "numpy", "numba"}
         ``"numpy"`` is the reference with a materialised ``(heads, q_len, k_len)`` bias;
         ``"numba"`` the fused kernel (online softmax, never materialises the bias or the
-        scores; float32/float64); ``"auto"`` the kernel from
-        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up, NumPy below.
+        scores; float16/bfloat16/float32/float64; long key ranges with few queries are split
+        over threads and combined exactly); ``"auto"`` the kernel from
+        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up (and for bfloat16), NumPy below.
 
     Returns
     -------
@@ -312,7 +368,7 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     cache : dict
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
     """
-    q, k, v = _attn._check_qkv(q, k, v)
+    q, k, v, group = _check_qkv(q, k, v)
     causal = check_bool(causal, "causal")
     scale = _attn._check_scale(scale, q.shape[-1])
     heads = q.shape[-3]
@@ -321,7 +377,7 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     else:  # no heads (a zero-size axis): nothing to bias
         m = _slopes(heads, 8.0) if heads else np.zeros(0)
     resolved = _resolve_backend(backend, q, k)
-    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale)
+    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale, group)
     return out, {"backend": resolved, "inner": inner}
 
 
