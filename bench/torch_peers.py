@@ -13,7 +13,8 @@ new shape (trace, lower, C++ build), reported separately; steady state = median 
 after it. When compilation fails (no C++ compiler, unsupported op) the row says so.
 
 Usage (normally through ``bench/run.py``): ``python bench/torch_peers.py SECTION SPEC_JSON``
-prints one JSON line. Sections: ``version``, ``rope``, ``alibi``, ``decode``, ``train``.
+prints one JSON line. Sections: ``version``, ``rope``, ``decode``, ``train``. (The ALiBi table's
+torch rows run in ``bench/bench_alibi.py``'s per-size workers, which also measure peak memory.)
 """
 
 from __future__ import annotations
@@ -69,9 +70,16 @@ def _median_after_first(fn, repeats: int) -> tuple[float, float]:
     return first, statistics.median(times)
 
 
-def _modes(torch, fn):
-    """``{"eager": fn, "compile": compiled fn}``."""
-    return {"eager": fn, "compile": torch.compile(fn, dynamic=False)}
+def _per_mode(torch, fn, measure) -> dict:
+    """``{"eager": measure(fn, False), "compile": measure(torch.compile(fn), True)}``; a mode that
+    fails (no C++ compiler, an unsupported op) is recorded as ``{"error": ...}``."""
+    out = {}
+    for mode, call in (("eager", fn), ("compile", torch.compile(fn, dynamic=False))):
+        try:
+            out[mode] = measure(call, mode == "compile")
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is a row that says why
+            out[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    return out
 
 
 def _rope(torch, spec):
@@ -102,17 +110,12 @@ def _rope(torch, spec):
         def rope(x, c, s):
             return x * c + rot(x) * s
 
-        row = dict(case)
-        for mode, fn in _modes(torch, rope).items():
-            try:
-                first, fwd = _median_after_first(lambda: fn(x, tc, ts), case["repeats"])
-                _, bwd = _median_after_first(lambda: fn(x, tc, -ts), case["repeats"])  # same graph, -sin
-                row[mode] = {"forward_s": fwd, "backward_s": bwd, "first_call_s": first}
-                if mode == "compile":
-                    row[mode]["compile_s"] = max(0.0, first - fwd)
-            except Exception as exc:
-                row[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        rows.append(row)
+        def measure(fn, compiled, x=x, tc=tc, ts=ts, repeats=case["repeats"]):
+            first, fwd = _median_after_first(lambda: fn(x, tc, ts), repeats)
+            _, bwd = _median_after_first(lambda: fn(x, tc, -ts), repeats)  # the same graph with -sin
+            return {"forward_s": fwd, "backward_s": bwd, **({"compile_s": max(0.0, first - fwd)} if compiled else {})}
+
+        rows.append({**case, **_per_mode(torch, rope, measure)})
     return {"rows": rows}
 
 
@@ -124,43 +127,6 @@ def _alibi_mask(torch, heads, q_len, k_len, causal=True):
     if causal:
         bias = np.where(dist < 0, -np.inf, bias)
     return torch.from_numpy(bias.astype(np.float32))
-
-
-def _alibi(torch, spec):
-    """``scaled_dot_product_attention`` with the float ALiBi mask (built once, outside the timing)."""
-    import torch.nn.functional as F
-
-    rows = []
-    heads, d = spec["H"], spec["D"]
-    for t in spec["T"]:
-        rng = np.random.default_rng(0)
-        q, k, v, do = (torch.from_numpy(rng.standard_normal((1, heads, t, d), dtype=np.float32)) for _ in range(4))
-        mask = _alibi_mask(torch, heads, t, t)
-        scale = 1.0 / math.sqrt(d)
-
-        def attend(q, k, v, mask):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-
-        row = {"T": t}
-        for mode, fn in _modes(torch, attend).items():
-            try:
-                def fwd():
-                    with torch.no_grad():
-                        return fn(q, k, v, mask)
-
-                def fwd_bwd():
-                    gq, gk, gv = (x.detach().clone().requires_grad_(True) for x in (q, k, v))
-                    fn(gq, gk, gv, mask).backward(do)
-
-                first_f, t_f = _median_after_first(fwd, spec["repeats"])
-                first_b, t_b = _median_after_first(fwd_bwd, max(1, spec["repeats"] // 2))
-                row[mode] = {"forward_s": t_f, "forward_backward_s": t_b}
-                if mode == "compile":
-                    row[mode]["compile_s"] = max(0.0, first_f - t_f) + max(0.0, first_b - t_b)
-            except Exception as exc:
-                row[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        rows.append(row)
-    return {"rows": rows}
 
 
 def _decode(torch, spec):
@@ -179,22 +145,14 @@ def _decode(torch, spec):
         def attend(q, k, v, mask):
             return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
-        def call(fn):
+        def measure(fn, compiled, q=q, k=k, v=v, mask=mask, repeats=case["repeats"]):
             def go():
                 with torch.no_grad():
                     return fn(q, k, v, mask)
-            return go
+            first, steady = _median_after_first(go, repeats)
+            return {"seconds": steady, **({"compile_s": max(0.0, first - steady)} if compiled else {})}
 
-        row = dict(case)
-        for mode, fn in _modes(torch, attend).items():
-            try:
-                first, steady = _median_after_first(call(fn), case["repeats"])
-                row[mode] = {"seconds": steady}
-                if mode == "compile":
-                    row[mode]["compile_s"] = max(0.0, first - steady)
-            except Exception as exc:
-                row[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        rows.append(row)
+        rows.append({**case, **_per_mode(torch, attend, measure)})
     return {"rows": rows}
 
 
@@ -232,7 +190,7 @@ def main(argv=None) -> int:
         print(json.dumps({"torch": torch.__version__}))
         return 0
     torch.set_num_threads(spec.get("torch_threads", os.cpu_count() or 1))
-    work = {"rope": _rope, "alibi": _alibi, "decode": _decode, "train": _train}[section]
+    work = {"rope": _rope, "decode": _decode, "train": _train}[section]
     result = work(torch, spec)
     result["torch"] = torch.__version__
     print(json.dumps(result))
