@@ -29,9 +29,9 @@ for path in (HERE, os.path.dirname(HERE)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from timing import interleaved_rounds  # noqa: E402
+from timing import interleaved_rounds
 
-from posenc_np import rope  # noqa: E402
+from posenc_np import rope
 
 METHODS = ("direct", "exact", "float32-split")
 SIZES = (4096, 131072, 1048576, 10 ** 7)

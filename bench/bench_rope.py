@@ -1,31 +1,40 @@
-"""RoPE rotation: NumPy reference vs the Numba kernel (and torch CPU eager when installed).
+"""RoPE rotation: NumPy reference vs the Numba kernel, and torch eager / ``torch.compile``.
 
-``run(quick) -> dict`` returns JSON-able numbers and a Markdown table under ``"markdown"``;
-``threshold(quick) -> dict`` measures where the kernel starts to beat NumPy (the ``auto``
-switch, ``posenc_np.kernels.rope.ROPE_NUMBA_MIN_ELEMENTS``). Run directly:
-``python bench/bench_rope.py [--quick] [--threshold]``; normally via ``bench/run.py``.
+``run(quick, torch_python) -> dict`` returns JSON-able numbers and a Markdown table under
+``"markdown"``; ``threshold(quick) -> dict`` measures where the kernel starts to beat NumPy (the
+``auto`` switch, ``posenc_np.kernels.ROPE_NUMBA_MIN_ELEMENTS``). Run directly:
+``python bench/bench_rope.py [--quick] [--threshold] [--torch-python PATH]``; normally via
+``bench/run.py``.
 
 Variants, each timed on the same arrays (float32, ``x`` of shape ``(B, H, T, 128)`` or
 ``(B, T, H, 128)``, tables ``(T, 128)`` from ``rope.cos_sin``):
 
 * ``numpy``: ``posenc_np.rope.apply`` / ``apply_backward`` with ``backend="numpy"`` (the
   reference, including its argument checks);
-* ``numba``: ``kernels.rope_apply(x, cos, sin, out=y)`` (out-of-place into a preallocated
-  array; forward ``inverse=False``, backward ``inverse=True``);
+* ``alloc``: ``kernels.rope_apply(x, cos, sin)``, a fresh output per call (what ``rope.apply``
+  with ``backend="numba"`` does without ``out=``): its page faults are part of the time;
+* ``out``: ``kernels.rope_apply(x, cos, sin, out=y)``, a preallocated output reused;
 * ``in-place``: ``kernels.rope_apply(x, cos, sin, out=x)``;
-* ``angles``: ``kernels.rope_apply_angles(x, positions, inv_freq, out=y)`` (sin/cos computed
-  on the fly in float64, no tables in memory);
-* ``torch``: Hugging Face's ``x * cos + rotate_half(x) * sin`` (``interleaved``: GPT-J's
-  ``rotate_every_two``) in eager mode on ``torch.from_numpy`` views, all cores.
+* ``angles``: ``kernels.rope_apply_angles(x, positions, inv_freq, out=y)`` (cos/sin by angle
+  addition from small exact tables, no full tables in memory);
+* ``q+k``: ``kernels.rope_apply_qk(x, z, cos, sin, out_q=y, out_k=w)`` (two tensors of x's size
+  in one launch) against two ``out`` calls, reported as a ratio;
+* torch (when ``--torch-python`` imports it, in its own process, ``bench/torch_peers.py``):
+  Hugging Face's ``x * cos + rotate_half(x) * sin`` (``interleaved``: GPT-J's
+  ``rotate_every_two``) on ``torch.from_numpy`` views, all cores, eager and ``torch.compile``
+  (compile time reported separately, excluded from the steady state).
 
-Bytes-moved model (stated per row in the table): tables: read ``x`` + ``cos`` + ``sin``, write
-``y``; in place: the same (``y`` is ``x``); angles: read ``x`` + positions + ``inv_freq``,
-write ``y``. GB/s = bytes / median time; % of roofline = GB/s over the in-run roofline at ``x``'s size
-(``bench/roofline.py``: the better of NumPy copy ``x -> y`` and the Numba triad
-``y = x + 0.5 z``; for the in-place variant also the in-place scale ``y *= -1``); speed-up
-= NumPy time over the variant's time. The variants *and the roofline kernels* are timed in
-interleaved rounds (one call of each per round), so drift on a shared machine hits them
-alike; warm-up rounds are not counted.
+Bytes and rooflines. Every variant counts the bytes it must move: read ``x`` + ``cos`` + ``sin``
+and write ``y`` (``2|x| + |cos| + |sin|``; angles: positions and frequencies instead of tables).
+The in-run roofline is timed in the same interleaved rounds, on flat arrays of ``x``'s size:
+NumPy copy ``y = x`` (counted 2N), a Numba triad ``y = x + 0.5 z`` (counted 3N), and an in-place
+scale ``x *= -1`` (counted 2N). Write-allocate: a store to a line not in cache first reads it,
+so an out-of-place kernel really moves one more array than it counts (copy 3N, triad 4N, an
+out-of-place rotation 3N, none of it for in place). Out-of-place variants are therefore
+compared with the *out-of-place roofline* ``max(copy, triad)`` in counted bytes (same
+accounting on both sides), the in-place variant with the *in-place roofline* = the in-place
+scale (no write-allocate on either side). The table also gives the write-allocate-inclusive
+("true") bandwidth of copy (3N) and triad (4N). Median of the rounds after a warm-up round.
 """
 
 from __future__ import annotations
@@ -40,8 +49,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from posenc_np import rope  # noqa: E402
-from timing import interleaved_rounds  # noqa: E402
+from timing import interleaved_rounds
+
+from posenc_np import rope
 
 HEAD_DIM = 128
 # (label, shape, order): L2-resident, L3-resident, DRAM-sized (x alone >= 64 MiB; L3 is 32 MiB)
@@ -52,37 +62,14 @@ SIZES = [
     ("64 MiB (DRAM), (B,T,H,D)", (1, 4096, 32, HEAD_DIM), "bthd"),
     ("256 MiB (DRAM)", (4, 32, 4096, HEAD_DIM), "bhtd"),
 ]
-QUICK_SIZES = SIZES[:4]
-
-
-def _torch_rotate(layout):
-    import torch
-
-    def rotate_half(x):
-        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-        return torch.cat((-x2, x1), dim=-1)
-
-    def rotate_every_two(x):
-        x1, x2 = x[..., ::2], x[..., 1::2]
-        return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-    rot = rotate_half if layout == "half" else rotate_every_two
-    return lambda x, c, s: x * c + rot(x) * s
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(os.cpu_count() or 1)
-    return torch
+QUICK_SIZES = SIZES[:3]
+VARIANTS = ("numpy", "alloc", "out", "in-place", "angles")
 
 
 def _case(shape, order, layout, rng):
     t = shape[2] if order == "bhtd" else shape[1]
     x = rng.standard_normal(shape, dtype=np.float32)
-    freqs = 10000.0 ** (-np.arange(0, HEAD_DIM, 2, dtype=np.float64) / HEAD_DIM)
+    freqs = rope.inv_freq(HEAD_DIM, base=10000.0)[0]
     positions = np.arange(t)
     cos, sin = rope.cos_sin(positions, freqs, layout=layout, dtype=np.float32)
     if order == "bthd":
@@ -96,17 +83,10 @@ def _roofline_kernels():
     return _triad_kernel()
 
 
-def _size(nbytes: int) -> str:
-    from roofline import _size as size
-
-    return size(nbytes)
-
-
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, torch_python: str | None = None) -> dict:
     """Time every variant at every size, both layouts, forward and backward."""
-    from posenc_np.kernels import rope_apply, rope_apply_angles
+    from posenc_np.kernels import rope_apply, rope_apply_angles, rope_apply_qk
 
-    torch = _torch()
     rng = np.random.default_rng(0)
     sizes = QUICK_SIZES if quick else SIZES
     rows = []
@@ -115,7 +95,7 @@ def run(quick: bool = False) -> dict:
         repeats = 3 if quick else (5 if big else 11)
         for layout in ("half", "interleaved"):
             x, cos, sin, positions, freqs = _case(shape, order, layout, rng)
-            y = np.empty_like(x)
+            y, w = np.empty_like(x), np.empty_like(x)
             z = x.copy()  # rotated in place over and over (a rotation keeps it bounded)
             triad, scale = _roofline_kernels()
             for direction in ("forward", "backward"):
@@ -123,125 +103,172 @@ def run(quick: bool = False) -> dict:
                 reference = rope.apply_backward if inverse else rope.apply
                 fns = {
                     "numpy": lambda: reference(x, cos, sin, layout=layout, backend="numpy"),
-                    "numba": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=y),
+                    "alloc": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse),
+                    "out": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=y),
                     "in-place": lambda: rope_apply(z, cos, sin, layout=layout, inverse=inverse, out=z),
                     "angles": lambda: rope_apply_angles(x, positions, freqs, layout=layout, inverse=inverse, out=y),
+                    "_qk": lambda: rope_apply_qk(x, z, cos, sin, layout=layout, inverse=inverse, out_q=y, out_k=w),
+                    "_two": lambda: (rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=y),
+                                     rope_apply(z, cos, sin, layout=layout, inverse=inverse, out=w)),
                 }
-                if torch is not None:
-                    rotate = _torch_rotate(layout)
-                    tx, tc = torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(cos))
-                    ts = torch.from_numpy(np.ascontiguousarray(-sin if inverse else sin))
-                    fns["torch"] = lambda: rotate(tx, tc, ts)
                 # The roofline is timed in the same rounds, so drift hits it like the variants.
                 # Its kernels loop over axis 0, so they get flat views (a 4-D x would make each
                 # prange step an array expression with temporaries, far below bandwidth).
                 yf, xf, zf = y.reshape(-1), x.reshape(-1), z.reshape(-1)
                 fns["_copy"] = lambda: np.copyto(yf, xf)
                 fns["_triad"] = lambda: triad(yf, xf, zf, np.float32(0.5))
-                fns["_scale"] = lambda: scale(yf, np.float32(-1.0))
+                fns["_scale"] = lambda: scale(zf, np.float32(-1.0))
                 times = interleaved_rounds(fns, repeats)
                 copy_gbs = 2 * x.nbytes / times.pop("_copy") / 1e9
                 triad_gbs = 3 * x.nbytes / times.pop("_triad") / 1e9
                 scale_gbs = 2 * x.nbytes / times.pop("_scale") / 1e9
-                roof = max(copy_gbs, triad_gbs)
-                roof_inplace = max(roof, scale_gbs)
+                qk, two = times.pop("_qk"), times.pop("_two")
+                roof, roof_inplace = max(copy_gbs, triad_gbs), scale_gbs
                 table_bytes = cos.nbytes + sin.nbytes
-                moved = {
-                    "numpy": 2 * x.nbytes + table_bytes,
-                    "numba": 2 * x.nbytes + table_bytes,
-                    "in-place": 2 * x.nbytes + table_bytes,
-                    "angles": 2 * x.nbytes + positions.nbytes + freqs.nbytes,
-                    "torch": 2 * x.nbytes + table_bytes,
-                }
+                moved = {name: 2 * x.nbytes + table_bytes for name in VARIANTS}
+                moved["angles"] = 2 * x.nbytes + positions.nbytes + freqs.nbytes
                 variants = {}
                 for name, seconds in times.items():
                     gbs = moved[name] / seconds / 1e9
                     variants[name] = {
-                        "seconds": seconds,
-                        "bytes": int(moved[name]),
-                        "GBps": gbs,
+                        "seconds": seconds, "bytes": int(moved[name]), "GBps": gbs,
                         "pct_roofline": 100.0 * gbs / (roof_inplace if name == "in-place" else roof),
                         "speedup_vs_numpy": times["numpy"] / seconds,
                     }
                 rows.append({
                     "size": label, "shape": list(shape), "order": order, "layout": layout,
                     "direction": direction, "dtype": "float32", "x_bytes": int(x.nbytes),
-                    "table_bytes": int(table_bytes), "roofline_GBps": roof,
-                    "inplace_roofline_GBps": roof_inplace, "copy_GBps": copy_gbs, "triad_GBps": triad_gbs,
-                    "scale_inplace_GBps": scale_gbs, "repeats": repeats,
-                    "variants": variants,
+                    "table_bytes": int(table_bytes), "roofline_GBps": roof, "inplace_roofline_GBps": roof_inplace,
+                    "copy_GBps": copy_gbs, "triad_GBps": triad_gbs, "scale_inplace_GBps": scale_gbs,
+                    "copy_true_GBps": 1.5 * copy_gbs, "triad_true_GBps": 4 / 3 * triad_gbs,
+                    "qk_seconds": qk, "two_calls_seconds": two, "repeats": repeats, "variants": variants,
                 })
-    result = {"rows": rows, "torch": getattr(torch, "__version__", None), "head_dim": HEAD_DIM,
+    result = {"rows": rows, "head_dim": HEAD_DIM, "torch": None,
               "bytes_model": {
-                  "numpy/numba/in-place/torch": "read x + cos + sin, write y (= 2|x| + |cos| + |sin|)",
-                  "angles": "read x + positions + inv_freq, write y (= 2|x| + |positions| + |inv_freq|)"}}
+                  "numpy/alloc/out/in-place/torch": "read x + cos + sin, write y (= 2|x| + |cos| + |sin|)",
+                  "angles": "read x + positions + inv_freq, write y (= 2|x| + |positions| + |inv_freq|)",
+                  "write-allocate": "not counted: out-of-place stores (copy, triad, kernels) also read y first"}}
+    if torch_python:
+        _torch_rows(result, sizes, quick, torch_python)
     result["targets"] = _targets(rows)
     result["markdown"] = _markdown(result)
     return result
 
 
+def _torch_rows(result, sizes, quick, torch_python):
+    """torch eager and compiled, in a separate process, merged into the rows by size and layout."""
+    import torch_peers
+
+    cases = [{"label": label, "shape": list(shape), "order": order, "layout": layout,
+              "repeats": 3 if quick else (5 if np.prod(shape) * 4 >= (256 << 20) else 11)}
+             for label, shape, order in sizes for layout in ("half", "interleaved")]
+    peer = torch_peers.run(torch_python, "rope", {"cases": cases})
+    result["torch"] = peer["torch"]
+    by_key = {(c["label"], c["layout"]): c for c in peer["rows"]}
+    for r in result["rows"]:
+        c = by_key[(r["size"], r["layout"])]
+        key = "forward_s" if r["direction"] == "forward" else "backward_s"
+        for mode in ("eager", "compile"):
+            m = c.get(mode, {})
+            if "error" in m:
+                r[f"torch_{mode}"] = {"error": m["error"]}
+                continue
+            seconds = m[key]
+            gbs = (2 * r["x_bytes"] + r["table_bytes"]) / seconds / 1e9
+            r[f"torch_{mode}"] = {"seconds": seconds, "GBps": gbs, "pct_roofline": 100 * gbs / r["roofline_GBps"],
+                                  "compile_s": m.get("compile_s"),
+                                  "ours_out_speedup": seconds / r["variants"]["out"]["seconds"]}
+
+
 def _targets(rows) -> dict:
-    """The issue's targets on DRAM-sized arrays: Numba >= 85 % of roofline and >= 8x NumPy."""
+    """The issue's targets: on DRAM-sized arrays in place >= 85 % of the in-place roofline, a
+    reused out >= 80 % and angles >= 75 % of the out-of-place roofline; the allocating path's
+    share; at least as fast as torch.compile on every shape."""
     dram = [r for r in rows if r["x_bytes"] >= (64 << 20)]
-    if not dram:
-        return {}
     out = {}
-    for name in ("numba", "in-place", "angles"):
-        pct = [r["variants"][name]["pct_roofline"] for r in dram]
-        speed = [r["variants"][name]["speedup_vs_numpy"] for r in dram]
-        out[name] = {"min_pct_roofline": min(pct), "median_pct_roofline": statistics.median(pct),
-                     "min_speedup": min(speed), "median_speedup": statistics.median(speed),
-                     "meets_85pct": min(pct) >= 85.0, "meets_8x": min(speed) >= 8.0}
+    if dram:
+        for name, goal in (("in-place", 85.0), ("out", 80.0), ("angles", 75.0), ("alloc", None)):
+            pct = [r["variants"][name]["pct_roofline"] for r in dram]
+            out[name] = {"min_pct_roofline": min(pct), "median_pct_roofline": statistics.median(pct),
+                         "target_pct": goal, "met": None if goal is None else min(pct) >= goal}
+    vs = [r["torch_compile"]["ours_out_speedup"] for r in rows if "ours_out_speedup" in r.get("torch_compile", {})]
+    if vs:
+        out["vs_torch_compile"] = {"min_speedup": min(vs), "met": min(vs) >= 1.0}
     return out
 
 
 def _markdown(result) -> str:
     rows = result["rows"]
     has_torch = result["torch"] is not None
-    head = ("| x (float32, D=128) | layout | pass | roofline GB/s (in place) | NumPy GB/s "
-            "| Numba GB/s (% roof, speed-up) | in place | angles on the fly |" + (" torch eager |" if has_torch else ""))
-    sep = "|---|---|---|---:|---:|---:|---:|---:|" + ("---:|" if has_torch else "")
+    head = ("| x (float32, D=128) | layout | pass | roofline GB/s: out-of-place (in place) | NumPy GB/s "
+            "| alloc | out | in place | angles on the fly | q+k fused / 2 calls |"
+            + (" torch eager | torch.compile (compile s) |" if has_torch else ""))
+    sep = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_torch else "")
     lines = [head, sep]
 
     def cell(v):
         return f"{v['GBps']:.1f} ({v['pct_roofline']:.0f} %, {v['speedup_vs_numpy']:.1f}x)"
 
+    def torch_cell(v, with_compile):
+        if v is None:
+            return "-"
+        if "error" in v:
+            return "failed"
+        extra = f"; {v['compile_s']:.1f} s" if with_compile and v.get("compile_s") is not None else ""
+        return f"{v['GBps']:.1f} ({v['pct_roofline']:.0f} %{extra})"
+
     for r in rows:
         v = r["variants"]
         line = (f"| {r['size']} | {r['layout']} | {r['direction'][:3]} | "
-                f"{r['roofline_GBps']:.1f} ({r['inplace_roofline_GBps']:.1f}) | "
-                f"{v['numpy']['GBps']:.2f} | {cell(v['numba'])} | {cell(v['in-place'])} | {cell(v['angles'])} |")
+                f"{r['roofline_GBps']:.1f} ({r['inplace_roofline_GBps']:.1f}) | {v['numpy']['GBps']:.2f} | "
+                f"{cell(v['alloc'])} | {cell(v['out'])} | {cell(v['in-place'])} | {cell(v['angles'])} | "
+                f"{r['qk_seconds'] / r['two_calls_seconds']:.2f} |")
         if has_torch:
-            line += f" {cell(v['torch'])} |"
+            line += f" {torch_cell(r.get('torch_eager'), False)} | {torch_cell(r.get('torch_compile'), True)} |"
         lines.append(line)
     repeats = sorted({r["repeats"] for r in rows})
+    roof_lines = ["| x | copy GB/s counted (with write-allocate) | triad counted (with w-a) | in-place scale |",
+                  "|---|---:|---:|---:|"]
+    for r in rows:
+        if r["direction"] == "forward" and r["layout"] == "half":
+            roof_lines.append(f"| {r['size']} | {r['copy_GBps']:.1f} ({r['copy_true_GBps']:.1f}) | "
+                              f"{r['triad_GBps']:.1f} ({r['triad_true_GBps']:.1f}) | {r['scale_inplace_GBps']:.1f} |")
     text = [
-        "Bytes moved per call: NumPy, Numba, in place and torch read `x`, `cos` and `sin` and write "
-        "`y` (`2|x| + |cos| + |sin|`; the `(T, 128)` tables are 1/(B*H) of `x`); angles on the fly "
-        "read `x`, the positions and `inv_freq` and write `y`. Speed-up is over the NumPy reference "
-        "(`rope.apply(..., backend=\"numpy\")`). Roofline = better of NumPy copy and Numba triad on "
-        "arrays the size of `x`, timed in the same rounds as the variants; the in-place column's % is of "
-        "the in-place roofline (in brackets: best of copy, triad and an in-place scale). Median of "
-        f"{', '.join(map(str, repeats))} interleaved rounds after a warm-up round.",
+        "Cells: GB/s of the bytes the variant must move (`2|x| + |cos| + |sin|`; angles: positions and "
+        "`inv_freq` instead of tables), in brackets % of the roofline and speed-up over the NumPy reference "
+        "(`rope.apply(..., backend=\"numpy\")`). `alloc` = kernel with a new output per call, `out` = into a "
+        "reused array, `in place` = `out=x` (its % is of the in-place roofline), `q+k` = time of "
+        "`rope_apply_qk` over two `out` calls on tensors of x's size. Roofline (out-of-place) = better of "
+        "NumPy copy and Numba triad, in-place roofline = Numba in-place scale, on arrays of x's size, timed "
+        "in the same rounds as the variants; write-allocate is not counted on either side (see below). "
+        f"Median of {', '.join(map(str, repeats))} interleaved rounds after a warm-up round."
+        + (" torch: its own process (not interleaved with these rounds); `torch.compile` steady state, "
+           "compile time of the shape in brackets." if has_torch else " torch: not measured."),
         "",
         *lines,
+        "",
+        "Write-allocate accounting: an out-of-place store first reads the destination line, so copy really "
+        "moves 3N bytes and the triad 4N (in brackets below); an out-of-place rotation really moves "
+        "`3|x| + tables` and at the triad's true bandwidth tops out near (2/3)/(3/4) = 89 % of the "
+        "counted out-of-place roofline. In place there is no such read on either side.",
+        "",
+        *roof_lines,
     ]
     t = result.get("targets") or {}
     if t:
-        text += ["", "Targets on DRAM-sized arrays (>= 64 MiB): Numba >= 85 % of roofline and >= 8x NumPy.", "",
-                 "| variant | min % of roofline | median % | min speed-up | median speed-up | 85 % met | 8x met |",
-                 "|---|---:|---:|---:|---:|---|---|"]
-        for name, v in t.items():
-            text.append(f"| {name} | {v['min_pct_roofline']:.0f} | {v['median_pct_roofline']:.0f} | "
-                        f"{v['min_speedup']:.1f}x | {v['median_speedup']:.1f}x | "
-                        f"{'yes' if v['meets_85pct'] else 'no'} | {'yes' if v['meets_8x'] else 'no'} |")
-        text += ["", "Reading the percentages: every figure counts the bytes a kernel must move. An "
-                 "out-of-place store also reads its destination line first (write-allocate), so the "
-                 "triad really moves 4 bytes per 3 counted and an out-of-place rotation 3 per 2 counted; "
-                 "at the triad's true bandwidth an out-of-place rotation therefore tops out near "
-                 "(2/3)/(3/4) = 89 % of this roofline. Rows of the same size vary by up to a third "
-                 "between rounds (DRAM bandwidth on a shared host), which moves single percentages more "
-                 "than any code change would."]
+        text += ["", "Targets on DRAM-sized arrays (>= 64 MiB):", ""]
+        for name in ("in-place", "out", "angles", "alloc"):
+            v = t.get(name)
+            if v is None:
+                continue
+            goal = "reported" if v["target_pct"] is None else (
+                f">= {v['target_pct']:.0f} %: {'met' if v['met'] else 'NOT met'}")
+            text.append(f"- {name}: min {v['min_pct_roofline']:.0f} %, median {v['median_pct_roofline']:.0f} % "
+                        f"of its roofline ({goal})")
+        if "vs_torch_compile" in t:
+            v = t["vs_torch_compile"]
+            text.append(f"- kernel `out` vs `torch.compile`, every shape: slowest ratio {v['min_speedup']:.2f}x "
+                        f"(target >= 1: {'met' if v['met'] else 'NOT met'})")
     return "\n".join(text)
 
 
@@ -301,10 +328,15 @@ def threshold(quick: bool = False) -> dict:
 
 
 if __name__ == "__main__":
+    import argparse
     import json
 
-    quick = "--quick" in sys.argv
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--threshold", action="store_true")
+    parser.add_argument("--torch-python", default=None)
+    args = parser.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    out = threshold(quick) if "--threshold" in sys.argv else run(quick)
+    out = threshold(args.quick) if args.threshold else run(args.quick, args.torch_python)
     print(out["markdown"])
     print(json.dumps({k: v for k, v in out.items() if k != "markdown"}, indent=1)[:4000])

@@ -1,35 +1,44 @@
-"""Training throughput (tokens/s) of the NumPy transformer vs the same model in torch CPU eager.
+"""Training throughput (tokens/s) of the NumPy transformer vs the same model in torch CPU, eager
+and ``torch.compile``.
 
-``run(quick) -> dict`` returns JSON-able numbers and a Markdown table under ``"markdown"``.
-Run directly: ``python bench/bench_train.py [--quick]``.
+``run(quick, torch_python) -> dict`` returns JSON-able numbers and a Markdown table under
+``"markdown"``. Run directly: ``python bench/bench_train.py [--quick] [--torch-python PATH]``.
 
 Fixed tiny configuration (GPT-2 style): vocab 32, d_model 64, 4 heads, 2 layers, d_ff 256,
 learned absolute positions (add), tied output, tanh GELU, batch 16 x 32 tokens, AdamW
 (lr 1e-3, weight decay 0.01), global-norm clipping at 1.0, float32. One *step* is sampling
 a batch, forward, cross-entropy, backward, clipping and the optimizer update.
 
-torch (when importable) runs the same architecture in eager mode with autograd
-(explicit attention: matmul, masked_fill, softmax, matmul; ``torch.optim.AdamW``,
-``clip_grad_norm_``), ``torch.set_num_threads(n)``. Ours runs with its BLAS (OpenBLAS) limited
-to ``n`` threads via threadpoolctl. Measurements alternate between the two and report the
-median of several timed windows, to damp drift on a shared machine.
+torch (when ``--torch-python`` imports it) runs the same architecture with autograd (explicit
+attention: matmul, masked_fill, softmax, matmul; ``torch.optim.AdamW``, ``clip_grad_norm_``),
+``torch.set_num_threads(n)``, in eager mode and with the model compiled (``torch.compile``; the
+first step, which compiles the forward and backward graphs, is reported separately and not
+timed), in a separate process (``bench/torch_peers.py``: torch's OpenMP runtime must not share
+a process with Numba's). Ours runs with its BLAS (OpenBLAS) limited to ``n`` threads via
+threadpoolctl. Each reports the median of several timed windows (tokens/s); the two run one
+after the other, not interleaved, so drift on a shared machine can bias the ratio.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 import time
 
 import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
 CONFIG = dict(vocab_size=32, d_model=64, n_heads=4, n_layers=2, d_ff=256, seq_len=32, batch_size=16,
               lr=1e-3, weight_decay=0.01, clip=1.0)
 
 
-def _batches(seed, n):
+def batches(seed, n):
     rng = np.random.default_rng(seed)
     B, T, V = CONFIG["batch_size"], CONFIG["seq_len"], CONFIG["vocab_size"]
     x = rng.integers(0, V, size=(n, B, T + 1))
@@ -62,7 +71,8 @@ def _ours_stepper():
 
 # --------------------------------------------------------------------------- torch
 
-def _torch_stepper(threads):
+def torch_stepper(threads, compiled=False):
+    """The torch twin of :func:`_ours_stepper` (``compiled``: ``torch.compile`` of the model)."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -104,6 +114,7 @@ def _torch_stepper(threads):
             return self.ln_f(x) @ self.tok.weight.T
 
     model = GPT()
+    run_model = torch.compile(model, dynamic=False) if compiled else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
@@ -113,7 +124,7 @@ def _torch_stepper(threads):
         tok = torch.from_numpy(tokens)
         tgt = torch.from_numpy(targets)
         opt.zero_grad(set_to_none=True)
-        logits = model(tok)
+        logits = run_model(tok)
         loss = F.cross_entropy(logits.reshape(-1, c["vocab_size"]), tgt.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
@@ -125,11 +136,15 @@ def _torch_stepper(threads):
 
 # --------------------------------------------------------------------------- timing
 
-def _window(step, batches):
+def window(step, batches):
     t0 = time.perf_counter()
     for tok, tgt in batches:
         step(tok, tgt)
     return len(batches) * CONFIG["batch_size"] * CONFIG["seq_len"] / (time.perf_counter() - t0)
+
+
+#: (steps per window, windows, warm-up steps), by mode
+SCHEDULE = {True: (10, 3, 3), False: (40, 7, 10)}
 
 
 def _limits(threads):
@@ -138,57 +153,72 @@ def _limits(threads):
     return threadpool_limits(threads)
 
 
-def run(quick: bool = False) -> dict:
+def run(quick: bool = False, torch_python: str | None = None) -> dict:
     """Measure tokens/s; returns numbers and a Markdown table (key ``"markdown"``)."""
-    steps, windows, warm = (10, 3, 3) if quick else (40, 7, 10)
-    batches = _batches(0, steps)
-    try:
-        import torch  # noqa: F401
-
-        torch_version = torch.__version__
-    except ImportError:
-        torch_version = None
-    results = {"config": dict(CONFIG), "steps_per_window": steps, "windows": windows, "torch": torch_version,
+    steps, windows, warm = SCHEDULE[quick]
+    data = batches(0, steps)
+    results = {"config": dict(CONFIG), "steps_per_window": steps, "windows": windows, "torch": None,
                "tokens_per_s": {}}
     for threads in (2, 1):
-        contenders = {"numpy": lambda: _ours_stepper()}
-        if torch_version is not None:
-            contenders["torch"] = lambda threads=threads: _torch_stepper(threads)
-        steppers = {}
         with _limits(threads):
-            for name, make in contenders.items():
-                steppers[name] = make()
-                for tok, tgt in batches[:warm]:
-                    steppers[name](tok, tgt)
-            samples = {name: [] for name in steppers}
-            for _ in range(windows):  # alternate to share any drift in machine load
-                for name, step in steppers.items():
-                    samples[name].append(_window(step, batches))
-        for name, s in samples.items():
-            results["tokens_per_s"][f"{name}@{threads}"] = {"median": statistics.median(s), "min": min(s), "max": max(s)}
-    tps = results["tokens_per_s"]
-    lines = ["| implementation | threads | tokens/s (median) | range | ours / torch |", "|---|---|---|---|---|"]
-    for key, v in tps.items():
-        name, threads = key.split("@")
-        ratio = ""
-        if name == "numpy" and f"torch@{threads}" in tps:
-            ratio = f"{v['median'] / tps[f'torch@{threads}']['median']:.2f}"
-            results[f"ratio@{threads}"] = v["median"] / tps[f"torch@{threads}"]["median"]
-        label = "posenc_np (NumPy, manual backprop)" if name == "numpy" else f"torch {torch_version} eager + autograd"
-        lines.append(f"| {label} | {threads} | {v['median']:,.0f} | {v['min']:,.0f} - {v['max']:,.0f} | {ratio} |")
-    if torch_version is None:
-        lines.append("| torch | - | not installed | | |")
-    c = CONFIG
-    results["markdown"] = (f"Training step throughput, vocab {c['vocab_size']}, d_model {c['d_model']}, "
-                           f"{c['n_heads']} heads, {c['n_layers']} layers, d_ff {c['d_ff']}, batch "
-                           f"{c['batch_size']} x {c['seq_len']} tokens, float32, learned positions, AdamW + clipping.\n\n"
-                           + "\n".join(lines) + "\n")
+            step = _ours_stepper()
+            for tok, tgt in data[:warm]:
+                step(tok, tgt)
+            samples = [window(step, data) for _ in range(windows)]
+        results["tokens_per_s"][f"numpy@{threads}"] = {"median": statistics.median(samples), "min": min(samples),
+                                                       "max": max(samples)}
+    if torch_python:
+        import torch_peers
+
+        peer = torch_peers.run(torch_python, "train", {"threads": [2, 1], "steps": steps, "windows": windows,
+                                                        "warm": warm})
+        results["torch"] = peer.pop("torch")
+        results["tokens_per_s"].update(peer)
+    results["markdown"] = _markdown(results)
     return results
 
 
+def _markdown(results) -> str:
+    tps = results["tokens_per_s"]
+    lines = ["| implementation | threads | tokens/s (median) | range | posenc_np / this | first step |",
+             "|---|---|---|---|---|---|"]
+    for threads in (2, 1):
+        ours = tps[f"numpy@{threads}"]
+        for key, label in ((f"numpy@{threads}", "posenc_np (NumPy, manual backprop)"),
+                           (f"torch-eager@{threads}", f"torch {results['torch']} eager + autograd"),
+                           (f"torch-compile@{threads}", f"torch {results['torch']} `torch.compile` + autograd")):
+            v = tps.get(key)
+            if v is None:
+                continue
+            if "error" in v:
+                lines.append(f"| {label} | {threads} | failed: {v['error']} | | | |")
+                continue
+            ratio = "" if key.startswith("numpy") else f"{ours['median'] / v['median']:.2f}"
+            if ratio:
+                results[f"ratio_{key}"] = ours["median"] / v["median"]
+            first = f"{v['first_step_s']:.1f} s" if "first_step_s" in v else ""
+            lines.append(f"| {label} | {threads} | {v['median']:,.0f} | {v['min']:,.0f} - {v['max']:,.0f} | {ratio} "
+                         f"| {first} |")
+    if results["torch"] is None:
+        lines.append("| torch | - | not measured (no `--torch-python` with torch) | | | |")
+    c = CONFIG
+    return (f"Training step throughput, vocab {c['vocab_size']}, d_model {c['d_model']}, {c['n_heads']} heads, "
+            f"{c['n_layers']} layers, d_ff {c['d_ff']}, batch {c['batch_size']} x {c['seq_len']} tokens, float32, "
+            "learned positions, AdamW + clipping. torch in its own process; `first step` = the untimed first "
+            "step (for `torch.compile`: graph capture and C++ compilation of forward and backward).\n\n"
+            + "\n".join(lines) + "\n")
+
+
 if __name__ == "__main__":
-    res = run(quick="--quick" in sys.argv)
-    if "--json" in sys.argv:  # one line for bench/run.py, which runs this in a fresh process
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--torch-python", default=None)
+    args = parser.parse_args()
+    res = run(quick=args.quick, torch_python=args.torch_python)
+    if args.json:  # one line for bench/run.py, which runs this in a fresh process
         print(json.dumps(res))
     else:
         print(res.pop("markdown"))

@@ -1,21 +1,30 @@
-"""One command for all benchmarks: ``python bench/run.py [--quick] [--only SECTION ...] [--note TEXT]``.
+"""One command for all benchmarks: ``python bench/run.py [--quick] [--only SECTION ...] [--torch-python PATH] [--note TEXT]``.
 
-Sections (all by default, in this order, in one process except the cold-start subprocesses):
+Works under any interpreter that has NumPy, Numba, SciPy, mpmath and threadpoolctl (the package
+itself is found from this checkout); torch peers run in their own processes, under
+``--torch-python`` (default: this interpreter when torch imports there; ``--torch-python ''``
+skips them). Sections (all by default, in this order):
 
-``roofline``   in-run memory bandwidth: NumPy copy and a Numba triad, GB/s (bench/roofline.py)
-``rope``       RoPE forward/backward: NumPy reference vs Numba (out of place, in place, angles
-               on the fly), both layouts, L2-resident to DRAM-sized; torch eager when
-               installed; plus the ``auto`` threshold sweep (bench/bench_rope.py)
-``alibi``      ALiBi causal attention: materialised NumPy vs fused Numba vs torch SDPA (bench/bench_alibi.py)
-``train``      training throughput of the NumPy transformer vs torch eager (bench/bench_train.py)
+``roofline``   in-run memory bandwidth: NumPy copy, a Numba triad and an in-place scale, GB/s,
+               with the write-allocate accounting stated (bench/roofline.py)
+``rope``       RoPE forward/backward: NumPy reference vs the Numba kernel (allocating, into a
+               reused ``out``, in place, angles on the fly, q and k in one launch), both layouts,
+               L2-resident to DRAM-sized; torch eager and ``torch.compile``; plus the ``auto``
+               threshold sweep (bench/bench_rope.py)
+``alibi``      ALiBi causal attention: materialised NumPy vs fused Numba (and its one-pass /
+               two-pass backward, float16, bfloat16, grouped-query variants) vs torch SDPA eager
+               and compiled (bench/bench_alibi.py)
+``decode``     ALiBi decoding: 1 and 16 queries against 4k-64k cached keys, flash-decoding key
+               splits vs one thread, torch eager and compiled (bench/bench_alibi.py)
+``train``      training throughput of the NumPy transformer vs torch eager and compiled (bench/bench_train.py)
 ``precision``  exact RoPE tables vs float64 ``direct`` and ``float32-split`` (bench/bench_precision.py)
 ``coldstart``  fresh subprocesses: ``import posenc_np`` time; first RoPE kernel call with an
                empty Numba cache (compile) and with a warm one (load)
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
-machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables). ``--quick``
-is a smoke run (fewer sizes and repeats: numbers are indicative only). Benchmarks are not
-tests: nothing here asserts a speed; the targets are reported as met or not.
+machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables), and prints
+where. ``--quick`` is a smoke run (fewer sizes and repeats: numbers are indicative only).
+Benchmarks are not tests: nothing here asserts a speed; the targets are reported as met or not.
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ for path in (BENCH, ROOT):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-SECTIONS = ("roofline", "rope", "alibi", "train", "precision", "coldstart")
+SECTIONS = ("roofline", "rope", "alibi", "decode", "train", "precision", "coldstart")
 
 
 # --------------------------------------------------------------------------- machine
@@ -75,9 +84,17 @@ def _loadavg():
         return None
 
 
-def machine() -> dict:
+def default_torch_python() -> str | None:
+    """This interpreter if torch is importable here (found without importing it), else None."""
+    import importlib.util
+
+    return sys.executable if importlib.util.find_spec("torch") is not None else None
+
+
+def machine(torch_python: str | None = None) -> dict:
     import numba
     import numpy as np
+    import torch_peers
 
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -89,16 +106,12 @@ def machine() -> dict:
         "python": platform.python_version(),
         "numpy": np.__version__,
         "numba": numba.__version__,
-        "torch": None,
+        "torch": torch_peers.torch_version(torch_python),  # in a subprocess: never imported here
+        "torch_python": torch_python,
+        "interpreter": sys.executable,
         "platform": platform.platform(),
         "loadavg_start": _loadavg(),
     }
-    try:  # the version without importing torch into the benchmark process
-        from importlib.metadata import PackageNotFoundError, version
-
-        info["torch"] = version("torch")
-    except PackageNotFoundError:
-        pass
     return info
 
 
@@ -198,7 +211,7 @@ def coldstart(quick: bool = False) -> dict:
         "import_under_0.3s": result["import_posenc_np_s"] < 0.3,
         "warm_first_call_under_0.5s": result["warm_import_plus_first_call_s"] < 0.5,
     }
-    ms = lambda s: f"{1e3 * s:.0f} ms"  # noqa: E731
+    ms = lambda s: f"{1e3 * s:.0f} ms"
     result["markdown"] = "\n".join([
         f"Fresh subprocesses, median of {repeats} (the cold compile runs once). "
         "'First call' = `from posenc_np.kernels import rope_apply` (imports Numba) + the first call "
@@ -228,12 +241,14 @@ def coldstart(quick: bool = False) -> dict:
 
 # --------------------------------------------------------------------------- sections
 
-def _train_in_subprocess(quick: bool) -> dict:
-    """bench/bench_train.py in a fresh process with the user's environment, so that torch
-    runs with its own threading defaults (not the OpenMP wait policy our kernels set)."""
+def _train_in_subprocess(quick: bool, torch_python: str | None) -> dict:
+    """bench/bench_train.py in a fresh process with the user's environment (its torch peers run
+    in processes of their own, with torch's threading defaults)."""
     env = dict(_USER_ENV)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, os.path.join(BENCH, "bench_train.py"), "--json"] + (["--quick"] if quick else [])
+    if torch_python:
+        cmd += ["--torch-python", torch_python]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"bench_train failed:\n{proc.stderr[-3000:]}")
@@ -259,7 +274,8 @@ def _docs(results: dict, note: str | None) -> str:
         "",
         f"- CPU: {m['cpu']} ({m['logical_cpus']} logical CPUs; {m['caches']})",
         f"- Numba {m['numba']} ({m['numba_threads']} threads, threading layer {m['numba_threading_layer']}), "
-        f"NumPy {m['numpy']}, torch {m['torch'] or 'not installed'}, Python {m['python']}",
+        f"NumPy {m['numpy']}, torch {m['torch'] or 'not available'}"
+        + (f" (under {m['torch_python']})" if m.get("torch") else "") + f", Python {m['python']} ({m['interpreter']})",
         f"- {m['platform']}",
         f"- load average at start {_fmt_load(m['loadavg_start'])}, at end {_fmt_load(m.get('loadavg_end'))} "
         "(a busy machine lowers every figure, parallel ones most)",
@@ -270,7 +286,8 @@ def _docs(results: dict, note: str | None) -> str:
         "rope": "RoPE rotation (float32)",
         "rope_threshold": "RoPE `auto` threshold (NumPy vs Numba by size)",
         "alibi": "ALiBi causal attention",
-        "train": "Training throughput (hand-written backprop vs torch eager)",
+        "decode": "ALiBi decoding (few queries, long cache)",
+        "train": "Training throughput (hand-written backprop vs torch eager and torch.compile)",
         "precision": "Exact tables: cost of `rope.cos_sin` per method",
         "coldstart": "Cold start",
     }
@@ -288,10 +305,11 @@ def _docs(results: dict, note: str | None) -> str:
         "calls stall for milliseconds (measured, ALiBi H = 8, T = 96-128: 2.6-3.5 ms instead of "
         "0.4-0.5 ms); see `posenc_np/kernels/_numba.py`.",
         "- Importing torch into the same process brings the stalls back (measured: fused ALiBi "
-        "forward at H = 8, T = 128 took 2.7-5.7 ms with torch imported, 0.6 ms without). The torch "
-        "rows of the ALiBi table and the ALiBi `auto` sweep therefore run in fresh subprocesses; the "
-        "RoPE and training comparisons with torch run in this process, where each side's own calls "
-        "are unaffected but small parallel Numba calls may be.",
+        "forward at H = 8, T = 128 took 2.7-5.7 ms with torch imported, 0.6 ms without). Every torch "
+        "number (eager and `torch.compile`) therefore comes from a separate process "
+        "(`bench/torch_peers.py`, or a per-size worker for the ALiBi table), never interleaved with "
+        "ours: drift on a shared machine can bias those ratios. `torch.compile`'s compile time is "
+        "reported separately and excluded from its steady-state timings.",
         "",
     ]
     return "\n".join(lines)
@@ -309,10 +327,16 @@ def main(argv=None) -> int:
                         help="run only this section (repeatable)")
     parser.add_argument("--note", default=None, help="a line to print at the top of docs/benchmarks.md")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument("--torch-python", default=None, metavar="PATH",
+                        help="interpreter for the torch peers (default: this one if torch imports here; '' = none)")
     args = parser.parse_args(argv)
     wanted = args.only or list(SECTIONS)
+    torch_python = default_torch_python() if args.torch_python is None else (args.torch_python or None)
 
-    results = {"quick": args.quick, "sections_run": wanted, "machine": machine(), "sections": {}}
+    results = {"quick": args.quick, "sections_run": wanted, "machine": machine(torch_python), "sections": {}}
+    if torch_python and not results["machine"]["torch"]:
+        print(f"torch does not import under {torch_python}: torch peers skipped", flush=True)
+        torch_python = None
     t_start = time.perf_counter()
     if "roofline" in wanted:
         import roofline
@@ -323,17 +347,22 @@ def main(argv=None) -> int:
         import bench_rope
 
         print("rope ...", flush=True)
-        results["sections"]["rope"] = bench_rope.run(args.quick)
+        results["sections"]["rope"] = bench_rope.run(args.quick, torch_python)
         print("rope threshold ...", flush=True)
         results["sections"]["rope_threshold"] = bench_rope.threshold(args.quick)
     if "alibi" in wanted:
         import bench_alibi
 
         print("alibi ...", flush=True)
-        results["sections"]["alibi"] = bench_alibi.run(args.quick)
+        results["sections"]["alibi"] = bench_alibi.run(args.quick, torch_python)
+    if "decode" in wanted:
+        import bench_alibi
+
+        print("decode ...", flush=True)
+        results["sections"]["decode"] = bench_alibi.decode(args.quick, torch_python)
     if "train" in wanted:
         print("train ...", flush=True)
-        results["sections"]["train"] = _train_in_subprocess(args.quick)
+        results["sections"]["train"] = _train_in_subprocess(args.quick, torch_python)
     if "precision" in wanted:
         import bench_precision
 
@@ -361,12 +390,16 @@ def main(argv=None) -> int:
             f.write(text + "\n")
         os.replace(tmp, os.path.join(out_dir, name))
     if not args.no_docs:
-        with open(os.path.join(ROOT, "docs", "benchmarks.md"), "w") as f:
+        target = os.path.join(ROOT, "docs", "benchmarks.md")
+        with open(target + ".tmp", "w") as f:
             f.write(_docs(results, args.note) + "\n")
+        os.replace(target + ".tmp", target)
     for key, section in results["sections"].items():
         print(f"\n== {key}\n{section.get('markdown', '')}")
-    print(f"\nwrote bench/results/{stamp}.json, bench/results/latest.json"
-          + ("" if args.no_docs else ", docs/benchmarks.md") + f" in {results['elapsed_s']:.0f} s")
+    written = [os.path.join(out_dir, f"{stamp}.json"), os.path.join(out_dir, "latest.json")]
+    if not args.no_docs:
+        written.append(os.path.join(ROOT, "docs", "benchmarks.md"))
+    print(f"\nfinished in {results['elapsed_s']:.0f} s; wrote:\n  " + "\n  ".join(written))
     return 0
 
 

@@ -225,11 +225,41 @@ def check_alibi_bias(num_heads, q_len, k_len, form, forms, slopes, q_offset, dty
     return n, q_len, k_len, form, m, q_offset, out_dtype
 
 
+def check_grouped_qkv(q, k, v):
+    """:func:`posenc_np.attention`'s checks, except that ``k``/``v`` may have fewer heads than
+    ``q`` (a divisor: grouped-query attention, 1 = multi-query). Returns ``(q, k, v, group)``
+    in their common dtype (bfloat16 arrays, which NumPy cannot promote, must all be bfloat16)."""
+    names = ("q", "k", "v")
+    arrays = [np.asarray(x) for x in (q, k, v)]
+    bf16 = [a.dtype.name == "bfloat16" for a in arrays]
+    if any(bf16) and not all(bf16):
+        raise TypeError(f"q, k, v must all be bfloat16 when one is, got {', '.join(str(a.dtype) for a in arrays)}")
+    if not any(bf16):
+        arrays = [as_float_array(a, name) for a, name in zip(arrays, names)]
+    for a, name in zip(arrays, names):
+        if a.ndim < 3:
+            raise ValueError(f"{name} must have at least 3 dimensions (..., heads, len, d), got shape {a.shape}")
+    q, k, v = arrays
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if (q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1] or (kv_heads == 0) != (heads == 0)
+            or (kv_heads and heads % kv_heads)):
+        raise ValueError(f"q, k, v must be (..., heads, q_len, d), (..., kv_heads, k_len, d), (..., kv_heads, k_len, "
+                         f"d_v) with matching leading axes, k/v lengths, and heads a multiple of kv_heads "
+                         f"(grouped-query attention); got q {q.shape}, k {k.shape}, v {v.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last axis d; got q {q.shape}, k {k.shape}")
+    if not any(bf16):
+        dtype = np.result_type(q, k, v)
+        q, k, v = (a.astype(dtype, copy=False) for a in (q, k, v))
+    return q, k, v, (heads // kv_heads if kv_heads else 1)
+
+
 def check_alibi_attention(q, k, v, slopes, causal, scale):
-    """:func:`posenc_np.alibi.attention`'s arguments: ``(q, k, v, slopes or None, causal, scale)``."""
-    q, k, v = check_qkv(q, k, v)
-    return (q, k, v, None if slopes is None else check_slopes(slopes, q.shape[-3]), check_bool(causal, "causal"),
-            check_scale(scale, q.shape[-1]))
+    """:func:`posenc_np.alibi.attention`'s arguments: ``(q, k, v, group, slopes or None, causal, scale)``
+    (grouped-query heads and bfloat16 allowed, see :func:`check_grouped_qkv`)."""
+    q, k, v, group = check_grouped_qkv(q, k, v)
+    return (q, k, v, group, None if slopes is None else check_slopes(slopes, q.shape[-3]),
+            check_bool(causal, "causal"), check_scale(scale, q.shape[-1]))
 
 
 def check_alibi_cache(cache, backends) -> tuple[str, dict]:

@@ -55,7 +55,7 @@ BACKENDS = ("auto", "numpy", "numba")
 #: ``(heads, q_len, k_len)`` result larger than this, and the NumPy path of :func:`attention`
 #: refuses inputs whose ``(..., heads, q_len, k_len)`` scores would be larger (that path holds
 #: several arrays of that size at once, so its peak is a few times the budget). The fused
-#: kernel (``backend="numba"``, float32/float64) never materialises either and has no such limit.
+#: kernel (``backend="numba"``) never materialises either and has no such limit.
 MAX_BIAS_BYTES = 1 << 30
 
 
@@ -204,41 +204,64 @@ class ALiBiBias(Hook):
 
 # --------------------------------------------------------------------------- attention
 
+#: dtypes the fused kernel takes (by name; bfloat16 is ``ml_dtypes.bfloat16``), and those of the
+#: NumPy path (which computes in the inputs' dtype). bfloat16 goes to the kernel only.
+_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
 def _resolve_backend(backend, q, k) -> str:
     """Pick the implementation for :func:`attention`; the one place that decides.
 
-    ``"numpy"``: the reference with a materialised bias. ``"numba"``: the fused, tiled kernel
-    (:mod:`posenc_np.kernels.alibi`; float32/float64 only). ``"auto"``: the kernel when the
-    dtype allows it and ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (measured crossover, see
-    ``docs/benchmarks.md``), NumPy below. Numba is imported only when the kernel is chosen.
+    ``"numpy"``: the reference with a materialised bias (not bfloat16). ``"numba"``: the fused,
+    tiled kernel (:mod:`posenc_np.kernels.alibi`; float16, bfloat16, float32, float64; it
+    splits long key ranges over threads by itself when there are few queries, as in decoding).
+    ``"auto"``: the kernel when the dtype allows it and ``max(q_len, k_len) >=
+    ALIBI_NUMBA_MIN_T`` (measured crossover, see ``docs/benchmarks.md``), and always for
+    bfloat16; NumPy below. Numba is imported only when the kernel is chosen.
     """
     backend = check_choice(backend, "backend", BACKENDS)
+    bf16 = q.dtype.name == "bfloat16"
     if backend == "numpy":
+        if bf16:
+            raise TypeError("backend='numpy' cannot compute in bfloat16 (NumPy has no bfloat16 arithmetic); use "
+                            "backend='numba' or 'auto', or cast to float32")
         return "numpy"
-    kernel_dtype = q.dtype in (np.float32, np.float64)
+    kernel_dtype = q.dtype.name in _KERNEL_DTYPES
     if backend == "numba":
         if not kernel_dtype:
-            raise TypeError(f"backend='numba' needs float32 or float64 inputs, got {q.dtype}")
+            raise TypeError(f"backend='numba' needs float16, bfloat16, float32 or float64 inputs, got {q.dtype}")
         return "numba"
     from .kernels import ALIBI_NUMBA_MIN_T  # does not import Numba
 
+    if bf16:
+        return "numba"
     return "numba" if kernel_dtype and max(q.shape[-2], k.shape[-2]) >= ALIBI_NUMBA_MIN_T else "numpy"
 
 
-def _forward_numpy(q, k, v, m, causal, scale):
+def _forward_numpy(q, k, v, m, causal, scale, group):
     q_len, k_len = q.shape[-2], k.shape[-2]
     check_bias_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path",
                       MAX_BIAS_BYTES)
+    if group > 1:  # grouped-query: each key/value head serves `group` query heads
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
     hook = ALiBiBias._from_checked(m, "causal" if causal else "symmetric")
-    return _attn._forward(q, k, v, None, _attn._keep(None, causal, q_len, k_len), scale, (hook,))
+    out, inner = _attn._forward(q, k, v, None, _attn._keep(None, causal, q_len, k_len), scale, (hook,))
+    return out, {"attention": inner, "group": group}
+
+
+def _group_sum(g, group):
+    """Sum the gradients of each group of ``group`` query heads into their key/value head."""
+    if group == 1:
+        return g
+    return g.reshape(g.shape[:-3] + (g.shape[-3] // group, group) + g.shape[-2:]).sum(axis=-3)
 
 
 def _backward_numpy(dout, inner):
-    grads = _attn.backward(dout, inner)
-    return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
+    grads = _attn.backward(dout, inner["attention"])
+    return {"q": grads["q"], "k": _group_sum(grads["k"], inner["group"]), "v": _group_sum(grads["v"], inner["group"])}
 
 
-def _forward_numba(q, k, v, m, causal, scale):
+def _forward_numba(q, k, v, m, causal, scale, group):
     from .kernels.alibi import alibi_attention_forward
 
     # q_offset=None is the same bottom-right alignment as the NumPy path.
@@ -274,8 +297,11 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     Parameters
     ----------
     q, k, v : ndarray
-        ``(..., heads, q_len, d)``, ``(..., heads, k_len, d)``, ``(..., heads, k_len, d_v)``;
-        float32 in gives float32 out.
+        ``(..., heads, q_len, d)``, ``(..., kv_heads, k_len, d)``, ``(..., kv_heads, k_len, d_v)``;
+        ``kv_heads`` divides ``heads`` (grouped-query attention, 1 = multi-query: query head
+        ``h`` uses key/value head ``h // (heads // kv_heads)``). float32 in gives float32 out;
+        float16 and bfloat16 (``ml_dtypes.bfloat16``, kernel only) are computed in float32 by
+        the kernel and returned in their dtype.
     slopes : array_like, optional
         ``(heads,)``; default :func:`slopes` ``(heads)``.
     causal : bool
@@ -285,8 +311,9 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     backend : {"auto", "numpy", "numba"}
         ``"numpy"`` is the reference with a materialised ``(heads, q_len, k_len)`` bias;
         ``"numba"`` the fused kernel (online softmax, never materialises the bias or the
-        scores; float32/float64); ``"auto"`` the kernel from
-        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up, NumPy below.
+        scores; float16/bfloat16/float32/float64; long key ranges with few queries are split
+        over threads and combined exactly); ``"auto"`` the kernel from
+        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up (and for bfloat16), NumPy below.
 
     Returns
     -------
@@ -294,17 +321,18 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     cache : dict
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
     """
-    q, k, v, m, causal, scale = check_alibi_attention(q, k, v, slopes, causal, scale)
+    q, k, v, group, m, causal, scale = check_alibi_attention(q, k, v, slopes, causal, scale)
     heads = q.shape[-3]
     if m is None:  # (no heads, a zero-size axis: nothing to bias)
         m = _slopes(heads, 8.0) if heads else np.zeros(0)
-    return _attention(q, k, v, m, causal, scale, backend)
+    return _attention(q, k, v, m, causal, scale, backend, group)
 
 
-def _attention(q, k, v, m: np.ndarray, causal: bool, scale: float, backend: str):
-    """The body of :func:`attention` for checked arguments (slopes ``m``)."""
+def _attention(q, k, v, m: np.ndarray, causal: bool, scale: float, backend: str, group: int = 1):
+    """The body of :func:`attention` for checked arguments (slopes ``m``, ``group`` query heads per
+    key/value head)."""
     resolved = _resolve_backend(backend, q, k)
-    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale)
+    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale, group)
     return out, {"backend": resolved, "inner": inner}
 
 

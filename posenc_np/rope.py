@@ -147,8 +147,8 @@ def _rotate(x, cos, sin, layout: str, inverse: bool, backend: str = "auto", out=
 def _rotate_qk(q, k, cos, sin, layout: str, inverse: bool, backend: str = "auto", out_q=None, out_k=None):
     """Rotate ``q`` and ``k`` by the same valid tables, read once (the body of :func:`apply_qk`)."""
     if _resolve(backend, q) == "numba" and _resolve(backend, k) == "numba":
-        dtype = np.result_type(q, k).newbyteorder("=")
-        cos, sin = cos.astype(dtype, copy=False), sin.astype(dtype, copy=False)
+        if q.dtype.newbyteorder("=") == k.dtype.newbyteorder("="):  # both in one kernel launch
+            return _kernel().rotate_tables_qk(q, k, cos, sin, layout, inverse, out_q, out_k)
         return _rotate_numba(q, cos, sin, layout, inverse, out_q), _rotate_numba(k, cos, sin, layout, inverse, out_k)
     c, s = _pair_values(cos, sin, layout, np.result_type(q, k), inverse)
     return _rotate_pairs(q, c.astype(q.dtype, copy=False), s.astype(q.dtype, copy=False), layout, out_q), \

@@ -168,10 +168,13 @@ def test_backend_choice():
     np.testing.assert_allclose(fused, ref, rtol=1e-12, atol=1e-13)
     with pytest.raises(ValueError, match="backend must be one of .*got 'cuda'"):
         alibi.attention(q, k, v, backend="cuda")
-    with pytest.raises(TypeError, match="float32 or float64 inputs, got float16"):
-        alibi.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), backend="numba")
+    ld = np.longdouble
+    with pytest.raises(TypeError, match="float16, bfloat16, float32 or float64 inputs, got float128"):
+        alibi.attention(q.astype(ld), k.astype(ld), v.astype(ld), backend="numba")
     half, c4 = alibi.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16))
-    assert c4["backend"] == "numpy" and half.dtype == np.float16
+    assert c4["backend"] == "numpy" and half.dtype == np.float16  # short: NumPy in float16
+    half, c5 = alibi.attention(q.astype(np.float16), k.astype(np.float16), v.astype(np.float16), backend="numba")
+    assert c5["backend"] == "numba" and half.dtype == np.float16  # the kernel, float32 inside
     long_q, long_k, long_v = _qkv(rng, (), 2, ALIBI_NUMBA_MIN_T, ALIBI_NUMBA_MIN_T, 4)
     assert alibi.attention(long_q, long_k, long_v)[1]["backend"] == "numba"
 

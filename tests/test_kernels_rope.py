@@ -7,10 +7,15 @@ Two references: ``ref_rotate`` below, written from the formula (pairs ``(i, i + 
 Tolerances. The table path performs the reference's operations in the same order and dtype
 and the kernel is compiled without ``contract`` (no FMA), so it is compared **bit for bit**
 (``np.array_equal``; the sign of a zero result may differ under ``nsz``, which ``==`` ignores).
-The on-the-fly-angle path differs from the tables of ``rope.cos_sin`` only through the libm
-``sin``/``cos`` it calls (glibc in Numba, NumPy's ufuncs there): the bound used is
-``ANGLE_ULPS`` = 4 eps of ``x``'s dtype times ``2 f max|x_row|``; measured on this machine
-(glibc 2.36, numpy 2.4): 0, both dtypes, positions up to 2e5.
+The on-the-fly-angle path builds its cos/sin by angle addition from small exact tables
+(``rope_apply_angles``'s docstring): its float64 values are within ``F64_ANGLE_ERR`` = 4.5e-16
+times the attention factor of the exact tables (``rope.cos_sin``, ``method="exact"``; two
+products and a sum of values within one ulp; measured 2.2e-16, 4.4e-16 with f = 1.3, at
+positions up to 2^52), and its float32 values are the exact values rounded to float32 up to
+that (measured: identical on 1.8M entries), i.e. within half a float32 ulp + ``F64_ANGLE_ERR``
+(2.98e-8 for f = 1, within the issue's 1.2e-7). Rotations by them are compared with the
+rotation by the exact tables with ``ANGLE_ULPS`` = 4 eps of ``x``'s dtype times
+``2 f max|x_row|``.
 
 Compile time counts: every test shares the one kernel dispatcher, which compiles once per
 dtype (float32, float64) for the whole file (and is cached on disk for later runs).
@@ -28,10 +33,16 @@ import numpy as np
 import pytest
 
 from posenc_np import rope
-from posenc_np.kernels import ROPE_NUMBA_MIN_ELEMENTS, rope_apply, rope_apply_angles
-from posenc_np.kernels import _numba
+from posenc_np.kernels import (
+    ROPE_NUMBA_MIN_ELEMENTS,
+    _numba,
+    rope_apply,
+    rope_apply_angles,
+    rope_apply_qk,
+)
 
 ANGLE_ULPS = 4
+F64_ANGLE_ERR = 4.5e-16
 LAYOUTS = ("half", "interleaved")
 DTYPES = (np.float32, np.float64)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -280,7 +291,113 @@ def test_zero_size():
     assert y.shape == (2, 0, 4)
 
 
+# --------------------------------------------------------------------------- q and k in one launch
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inverse", [False, True])
+def test_qk_equals_two_single_calls(layout, dtype, inverse):
+    """Grouped-query shapes (k has fewer heads), both orders, partial rotary, strided k."""
+    rng = np.random.default_rng(21)
+    t, d = 37, 24
+    cos, sin = rope.cos_sin(rng.integers(0, 9000, t), inv_freq(16), layout=layout, dtype=dtype)
+    for q_shape, k_shape, tables in [((2, 8, t, d), (2, 2, t, d), (cos, sin)),
+                                     ((2, t, 6, d), (2, t, 1, d), (cos[:, None], sin[:, None])),
+                                     ((t, d), (t, d), (cos, sin))]:
+        q = rng.standard_normal(q_shape).astype(dtype)
+        k = rng.standard_normal(k_shape[:-1] + (2 * d,)).astype(dtype)[..., ::2]  # channel stride 2
+        want_q = ref_rotate(q, *tables, layout, inverse)
+        want_k = ref_rotate(k, *tables, layout, inverse)
+        got_q, got_k = rope_apply_qk(q, k, *tables, layout=layout, inverse=inverse)
+        np.testing.assert_array_equal(got_q, want_q)
+        np.testing.assert_array_equal(got_k, want_k)
+        # in place (q) and into a given array (k)
+        out_k = np.empty(k.shape, dtype)
+        q2 = q.copy()
+        res_q, res_k = rope_apply_qk(q2, k, *tables, layout=layout, inverse=inverse, out_q=q2, out_k=out_k)
+        assert res_q is q2 and res_k is out_k
+        np.testing.assert_array_equal(q2, want_q)
+        np.testing.assert_array_equal(out_k, want_k)
+
+
+def test_qk_large_parallel_and_empty():
+    rng = np.random.default_rng(22)
+    q = rng.standard_normal((2, 8, 256, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 4, 256, 64)).astype(np.float32)
+    cos, sin = rope.cos_sin(np.arange(256), inv_freq(64), dtype=np.float32)
+    got_q, got_k = rope_apply_qk(q, k, cos, sin, layout="half")
+    np.testing.assert_array_equal(got_q, ref_rotate(q, cos, sin, "half"))
+    np.testing.assert_array_equal(got_k, ref_rotate(k, cos, sin, "half"))
+    for q_heads, k_heads in ((0, 4), (8, 0), (0, 0)):  # degenerate head counts
+        gq, gk = rope_apply_qk(q[:, :q_heads], k[:, :k_heads], cos, sin, layout="half")
+        assert gq.shape == (2, q_heads, 256, 64) and gk.shape == (2, k_heads, 256, 64)
+        np.testing.assert_array_equal(gk, ref_rotate(k[:, :k_heads], cos, sin, "half"))
+        np.testing.assert_array_equal(gq, ref_rotate(q[:, :q_heads], cos, sin, "half"))
+
+
+def test_qk_errors_name_the_argument():
+    q = np.zeros((2, 4, 5, 8), np.float32)
+    k = np.zeros((2, 2, 5, 8), np.float32)
+    cos, sin = rope.cos_sin(np.arange(5), inv_freq(8), dtype=np.float32)
+    with pytest.raises(ValueError, match="same channel count and dtype"):
+        rope_apply_qk(q, k[..., :6], cos, sin, layout="half")
+    with pytest.raises(ValueError, match="same channel count and dtype"):
+        rope_apply_qk(q, k.astype(np.float64), cos, sin, layout="half")
+    with pytest.raises(ValueError, match="k's leading shape"):
+        rope_apply_qk(q, k[:, :, :4], cos, sin, layout="half")
+    with pytest.raises(ValueError, match="out_k must have k's shape"):
+        rope_apply_qk(q, k, cos, sin, layout="half", out_k=q)
+    with pytest.raises(TypeError, match="out_q must be a NumPy array"):
+        rope_apply_qk(q, k, cos, sin, layout="half", out_q=[1.0])
+    shared = np.zeros((2, 4, 5, 8), np.float32)
+    with pytest.raises(ValueError, match="out_q and out_k overlap"):
+        rope_apply_qk(q, q, cos, sin, layout="half", out_q=shared, out_k=shared)
+
+
 # --------------------------------------------------------------------------- angles on the fly
+
+def angle_tables(positions, freqs, dtype, factor=1.0):
+    """The kernel's on-the-fly cos/sin, read back by rotating unit pairs ``(a, b) = (1, 0)``
+    (``half`` layout: ``a' = 1 c - 0 s = c``, ``b' = 1 s + 0 c = s``, exactly)."""
+    n = freqs.size
+    x = np.zeros(np.shape(positions) + (2 * n,), dtype)
+    x[..., :n] = 1
+    y = rope_apply_angles(x, positions, freqs, layout="half", attention_factor=factor)
+    return y[..., :n], y[..., n:]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_angle_tables_within_the_bound_of_the_exact_tables(dtype):
+    """The documented bound against ``rope.cos_sin`` (exact, float64), at any position."""
+    rng = np.random.default_rng(3)
+    freqs = rope.inv_freq(128, base=10000.0)[0]  # carries its unrounded values, as cos_sin uses them
+    cases = [np.arange(4096), rng.integers(-2**40, 2**40, 1000), rng.integers(0, 2**52, 500),
+             rng.uniform(-1e5, 1e5, 500), np.array([7]), np.array([-3, 5, 5, -3])]
+    for pos in cases:
+        for factor in (1.0, 1.3):
+            c64, s64 = rope.cos_sin(pos, freqs, attention_factor=factor, dtype=np.float64)
+            c64, s64 = c64[..., :64], s64[..., :64]
+            c, s = angle_tables(pos, freqs, dtype, factor)
+            for got, want in ((c, c64), (s, s64)):
+                bound = F64_ANGLE_ERR * factor
+                if dtype == np.float32:
+                    bound = bound + 0.5 * np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+                assert np.all(np.abs(got - want) <= bound), (pos[:3], factor)
+                if dtype == np.float32:
+                    assert np.max(np.abs(got - want)) <= 1.2e-7 * factor  # the issue's float32 budget
+
+
+def test_angle_tables_of_plain_and_exact_frequencies():
+    """Plain float64 frequencies are taken as exact (as ``cos_sin`` does); an ``inv_freq``
+    array's unrounded values are used: the tables follow ``cos_sin`` in both cases."""
+    exact = rope.inv_freq(64, base=500000.0)[0]
+    plain = np.array(exact)  # the same doubles, without the unrounded values
+    pos = np.arange(100_000, 100_300)
+    for freqs in (exact, plain):
+        c64, s64 = rope.cos_sin(pos, freqs, dtype=np.float64)
+        c, s = angle_tables(pos, freqs, np.float64)
+        assert np.max(np.abs(c - c64[:, :32])) <= F64_ANGLE_ERR and np.max(np.abs(s - s64[:, :32])) <= F64_ANGLE_ERR
+
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -292,11 +409,12 @@ def test_angles_on_the_fly_match_tables(layout, dtype):
         ((2, 37, 4, 34), rng.uniform(-1e4, 1e4, size=(37, 1)), 1.3),    # (B, T, H, D), float positions
         ((3, 5, 1, 16), np.array([123456]), 0.7),                       # decode: one position
         ((2, 3, 8, 16), rng.integers(0, 64, size=(2, 1, 8)), 1.0),      # per-batch positions
+        ((1, 2, 9, 8), -np.arange(9) * 1000, 1.0),                      # negative positions
     ]
     for shape, pos, factor in cases:
         x = rng.standard_normal(shape).astype(dtype)
         freqs = inv_freq(2 * (shape[-1] // 4))  # partial rotary: half the channels
-        cos, sin = rope.cos_sin(pos, freqs, attention_factor=factor, layout=layout, dtype=dtype, method="direct")
+        cos, sin = rope.cos_sin(pos, freqs, attention_factor=factor, layout=layout, dtype=dtype)
         lead = cos.shape[:-1]
         for inverse in (False, True):
             want = ref_rotate(x, cos, sin, layout, inverse)
@@ -315,7 +433,7 @@ def test_angles_many_tile_blocks(order):
     pos = np.arange(t) * 7 if order == "bhtd" else (np.arange(t) * 7)[:, None]
     for dtype in DTYPES:
         x = rng.standard_normal(shape).astype(dtype)
-        cos, sin = rope.cos_sin(pos, inv_freq(128), layout="interleaved", dtype=dtype, method="direct")
+        cos, sin = rope.cos_sin(pos, inv_freq(128), layout="interleaved", dtype=dtype)
         want = ref_rotate(x, cos, sin, "interleaved")
         got = rope_apply_angles(x, pos, inv_freq(128), layout="interleaved")
         scale = 2 * np.abs(x).max(axis=-1, keepdims=True)
@@ -327,8 +445,7 @@ def test_angles_in_place_and_strided():
     parent = rng.standard_normal((3, 20, 2, 16)).astype(np.float32)
     x = parent[:, ::-2, 1, :]  # (3, 10, 16), negative stride, offset
     pos = np.arange(10) * 3
-    want = rope_apply(x, *rope.cos_sin(pos, inv_freq(16), layout="half", dtype=np.float32, method="direct"),
-                      layout="half")
+    want = rope_apply(x, *rope.cos_sin(pos, inv_freq(16), layout="half", dtype=np.float32), layout="half")
     rope_apply_angles(x, pos, inv_freq(16), layout="half", out=x)
     np.testing.assert_allclose(x, want, rtol=0, atol=ANGLE_ULPS * 1.2e-7 * 2 * 8)
 
@@ -496,16 +613,16 @@ def test_unwritable_cache_dir_still_works(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     unwritable = str(blocker / "numba_cache")
-    code = """
+    code = f"""
         import numpy as np
         from posenc_np.kernels import _numba, rope_apply
         from posenc_np import rope
-        assert _numba.cache_dir() != {bad!r}, _numba.cache_dir()
+        assert _numba.cache_dir() != {unwritable!r}, _numba.cache_dir()
         x = np.ones((3, 4, 8))
         c, s = rope.cos_sin(np.arange(4), 10000.0 ** (-np.arange(0, 8, 2) / 8), layout="half")
         assert np.array_equal(rope_apply(x, c, s, layout="half"), rope.apply(x, c, s, layout="half", backend="numpy"))
         print(_numba.cache_dir())
-    """.format(bad=unwritable)
+    """
     # NUMBA_CACHE_DIR, HOME and TMPDIR all unusable: falls back to the package cache.
     proc = run_python(code, env={"NUMBA_CACHE_DIR": unwritable, "HOME": unwritable, "TMPDIR": unwritable})
     assert proc.stdout.strip() == _numba._PACKAGE_CACHE or os.access(proc.stdout.strip(), os.W_OK)

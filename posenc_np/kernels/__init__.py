@@ -8,7 +8,7 @@ import Numba. Accessing a name (``posenc_np.kernels.rope_apply``) imports its su
 (and Numba); a kernel compiles on its first call and is cached on disk (see
 :mod:`posenc_np.kernels._numba` for the cache directory and the shared compile settings).
 
-Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_angles``) and
+Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_qk``, ``rope_apply_angles``) and
 :mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``). ``ROPE_NUMBA_MIN_ELEMENTS`` and
 ``ALIBI_NUMBA_MIN_T``, the ``backend="auto"`` switches, are defined here and need no Numba.
 """
@@ -39,6 +39,7 @@ ALIBI_NUMBA_MIN_T = 64
 _EXPORTS = {
     "rope_apply": "rope",
     "rope_apply_angles": "rope",
+    "rope_apply_qk": "rope",
 }
 _SUBMODULES = ("rope", "alibi")
 

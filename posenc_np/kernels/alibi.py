@@ -29,14 +29,24 @@ from the saved ``lse``, with :math:`G = \partial L/\partial O` and
     dS_{ab} = P_{ab} \odot (dP_{ab} - D_a), \\
     dQ_a = s \sum_b dS_{ab} K_b, \qquad dK_b = s \sum_a dS_{ab}^\top Q_a.
 
-Parallel scheme (race-free, no atomics): the forward and :math:`dQ` run ``prange`` over
-(batch*head, query tile); each work item owns its output rows. :math:`dK, dV` run ``prange``
-over (batch*head, key tile); each work item owns its key rows and loops over the query
-tiles that see it. :math:`S` and :math:`dP` are therefore recomputed in both backward
-passes (7 tile products instead of 5), the price of needing neither atomics nor per-thread
-copies of :math:`dQ`. Tiles are visited in a zig-zag order (first, last, second, ...) so that
-Numba's static split of the iteration space gives every thread the same amount of causal
-work even for a single head.
+Parallel scheme (race-free, no atomics): the forward runs ``prange`` over (batch*head, query
+tile); each work item owns its output rows. When those items are too few to occupy every
+thread (decoding: one or a few queries against a long cache), each item's keys are split into
+ranges that run as separate items and write partial states :math:`(m_r, \ell_r, O_r)`, which a
+second loop combines exactly (flash-decoding; :func:`alibi_attention_forward`, ``key_splits``).
+The backward has two schemes. *One pass* (FlashAttention-2's own): one work item per key/value
+head visits every (key tile, query tile) pair once, computing the five tile products once, and
+owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows; it needs at least one head
+per thread. *Two passes*: :math:`dQ` runs ``prange`` over (batch*head, query tile) and
+:math:`dK, dV` over (batch*kv_head, key tile), each item owning its rows and recomputing
+:math:`S` and :math:`dP` (7 tile products instead of 5): more, finer work items for few heads.
+Tiles are visited in a zig-zag order (first, last, second, ...) so that Numba's static split of
+the iteration space gives every thread the same amount of causal work even for a single head.
+
+Grouped-query and multi-query attention: ``k`` and ``v`` may have ``kv_heads`` heads, a divisor
+of the query heads; query head ``h`` reads key/value head ``h // group``, and the backward
+sums the gradients of a group's query heads into its key/value head (the work item of a
+key/value head loops over them, so no two items write the same rows).
 
 Tile products use ``np.dot`` (BLAS ``gemm`` on ``BLOCK_Q x BLOCK_K`` tiles): on the 2-core
 AVX-512 development machine a float32 forward ran at ~55 GFLOP/s with BLAS tiles against
@@ -47,10 +57,13 @@ OpenMP threading layer. The exponential is a vectorisable polynomial (:func:`_ex
 :func:`_exp64`, ~1 ulp), since ``math.exp`` stays a scalar libm call without Intel SVML
 (4.5x slower per element here).
 
-Precision: float32 inputs are computed and accumulated in float32, float64 in float64. The
-float32 error against the float64 reference was measured at <= 7.5e-7 (normalised by
-``max(1, max|ref|)``; H = 8, d = 64, T <= 1024), no worse than the materialised NumPy path
-in float32 (<= 1.6e-6); ``tests/test_kernels_alibi.py`` enforces 2e-6.
+Precision: float32 inputs are computed and accumulated in float32, float64 in float64;
+float16 and bfloat16 inputs are converted to float32 once, computed and accumulated in float32,
+and the outputs rounded back once (``lse`` stays float32). The float32 error against the
+float64 reference was measured at <= 7.5e-7 (normalised by ``max(1, max|ref|)``; H = 8, d = 64,
+T <= 1024), no worse than the materialised NumPy path in float32 (<= 1.6e-6);
+``tests/test_kernels_alibi.py`` enforces 2e-6, and for float16/bfloat16 inputs the float32
+result rounded once to the input dtype.
 
 Semantics match :func:`posenc_np.alibi.attention` (the NumPy reference), including fully
 masked rows (``causal`` with ``q_len > k_len``): output 0, ``lse = -inf``, gradients 0,
@@ -74,13 +87,14 @@ from llvmlite import ir
 from numba import prange, types
 from numba.core.extending import intrinsic, overload
 
-from .._checks import check_bool, check_int, check_real
+from .._checks import check_bool, check_choice, check_int, check_real
 from .._attention_checks import check_exact_distances as _check_distances
 from .._attention_checks import check_slopes as _check_slopes
 from . import ALIBI_NUMBA_MIN_T
 from ._numba import FASTMATH, blas_single_thread, launch_guard, njit_kernel
 
-__all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "alibi_attention_backward", "alibi_attention_forward"]
+__all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "KERNEL_DTYPES", "alibi_attention_backward",
+           "alibi_attention_forward"]
 
 #: Query and key tile sizes (rows). 64 x 64 float32 tiles of S, P and dP (16 KiB each) stay in
 #: L1/L2 next to the Q, K, V tiles. 128-row tiles measured no faster on the development
@@ -98,34 +112,77 @@ _helper = njit_kernel(parallel=False)
 
 # --------------------------------------------------------------------------- public API
 
-def _prepare(arrays, names):
-    """Common float dtype, (N, T, d) C-contiguous views; non-contiguous inputs are copied once."""
-    dtype = np.result_type(*arrays)
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"{'/'.join(names)} must be float32 or float64 arrays, got dtypes "
-                        f"{', '.join(str(a.dtype) for a in arrays)} (common {dtype})")
-    return dtype, [np.ascontiguousarray(a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:]), dtype=dtype)
-                   for a in arrays]
+#: Input dtypes the kernel accepts, by ``dtype.name``. float16 and bfloat16 are converted to
+#: float32 once at the door (O(T d) per head, next to the O(T^2 d) work) and computed and
+#: accumulated in float32; outputs are rounded back once. bfloat16 is ``ml_dtypes.bfloat16``
+#: (the NumPy bfloat16 of JAX, TensorFlow and ``ml_dtypes``; install ``posenc-np[bfloat16]``), read
+#: and written through its bits here, so the kernel never imports ``ml_dtypes``.
+KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _dtypes(arrays, names) -> tuple[np.dtype, np.dtype]:
+    """``(compute, io)``: float64 if any input is float64, else float32; outputs in the inputs'
+    common dtype (float16 or bfloat16 stay themselves when all inputs share them)."""
+    kinds = {a.dtype.name for a in arrays}
+    if not kinds <= set(KERNEL_DTYPES):
+        raise TypeError(f"{'/'.join(names)} must be float16, bfloat16, float32 or float64 arrays, got dtypes "
+                        f"{', '.join(str(a.dtype) for a in arrays)}")
+    compute = np.dtype(np.float64 if "float64" in kinds else np.float32)
+    io = arrays[0].dtype if len(kinds) == 1 else compute
+    return compute, io
+
+
+def _bf16_to_f32(a: np.ndarray) -> np.ndarray:
+    """bfloat16 (any 2-byte array holding bfloat16 bits) to float32, exactly: the bits shifted up."""
+    return (np.ascontiguousarray(a).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    """float32 to bfloat16 bits (uint16), rounded to nearest, ties to even; NaN stays a (quiet) NaN."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if np.any(nan):
+        bits[nan] = ((u[nan] >> 16) | np.uint32(0x40)).astype(np.uint16)
+    return bits
+
+
+def _items(a: np.ndarray, compute) -> np.ndarray:
+    """``a`` as C-contiguous ``(items, len, width)`` in the compute dtype (one copy at most)."""
+    a3 = a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:])
+    if a.dtype.name == "bfloat16":
+        return _bf16_to_f32(a3).astype(compute, copy=False)
+    return np.ascontiguousarray(a3, dtype=compute)
+
+
+def _to_io(a: np.ndarray, io) -> np.ndarray:
+    """A compute-dtype result in the inputs' dtype (rounded once)."""
+    if io.name == "bfloat16":
+        return _f32_to_bf16_bits(a).view(io)
+    return a.astype(io, copy=False)
 
 
 def _check_inputs(q, k, v, slopes, causal, scale, q_offset):
+    """Shapes (with grouped-query heads), slopes, flags; returns them and the group size."""
     q, k, v = (np.asarray(x) for x in (q, k, v))
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim < 3:
             raise ValueError(f"{name} must be (..., heads, len, d), got shape {x.shape}")
-    if q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q, k, v must be (..., heads, q_len, d), (..., heads, k_len, d), "
-                         f"(..., heads, k_len, d_v) with matching leading axes; got q {q.shape}, "
-                         f"k {k.shape}, v {v.shape}")
-    heads, q_len, k_len = q.shape[-3], q.shape[-2], k.shape[-2]
+    heads, kv_heads = q.shape[-3], k.shape[-3]
+    if (q.shape[:-3] != k.shape[:-3] or k.shape[:-1] != v.shape[:-1] or q.shape[-1] != k.shape[-1]
+            or (kv_heads == 0) != (heads == 0) or (kv_heads and heads % kv_heads)):
+        raise ValueError(f"q, k, v must be (..., heads, q_len, d), (..., kv_heads, k_len, d), "
+                         f"(..., kv_heads, k_len, d_v) with matching leading axes and heads a multiple of "
+                         f"kv_heads (grouped-query attention); got q {q.shape}, k {k.shape}, v {v.shape}")
+    group = heads // kv_heads if kv_heads else 1
+    q_len, k_len = q.shape[-2], k.shape[-2]
     slopes = _check_slopes(slopes, heads)
     causal = check_bool(causal, "causal")
     scale = check_real(scale, "scale", positive=True)
     q_offset = k_len - q_len if q_offset is None else check_int(q_offset, "q_offset")
-    dtype = np.result_type(q, k, v)
-    if dtype in (np.float32, np.float64):  # (other dtypes are refused by _prepare)
-        _check_distances(q_len, k_len, q_offset, dtype)
-    return q, k, v, slopes, causal, scale, q_offset
+    if {a.dtype.name for a in (q, k, v)} <= set(KERNEL_DTYPES):  # (other dtypes are refused by _dtypes)
+        _check_distances(q_len, k_len, q_offset, _dtypes((q, k, v), ("q", "k", "v"))[0])
+    return q, k, v, slopes, causal, scale, q_offset, group
 
 
 def _per_item_slopes(slopes, n_items, dtype):
@@ -133,7 +190,24 @@ def _per_item_slopes(slopes, n_items, dtype):
     return np.ascontiguousarray(np.tile(-slopes.astype(np.float64), n_items // slopes.shape[0]), dtype=dtype)
 
 
-def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_offset=None):
+def _key_splits(key_splits, work: int, k_len: int) -> int:
+    """How many key ranges each (head, query tile) is split into (flash-decoding).
+
+    ``None`` (auto): 1 when the (head, query tile) items already give every thread two,
+    else enough ranges for about two items per thread, each at least ``4 * BLOCK_K`` keys
+    long (a shorter range costs more to combine than it saves).
+    """
+    if key_splits is not None:
+        return check_int(key_splits, "key_splits", minimum=1)
+    import numba
+
+    threads = numba.get_num_threads()
+    if threads == 1 or work >= 2 * threads:
+        return 1
+    return max(1, min(-(-2 * threads // work), k_len // (4 * BLOCK_K)))
+
+
+def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_offset=None, key_splits=None):
     r"""Fused ALiBi attention forward: ``(out, lse)``.
 
     .. math::
@@ -146,10 +220,13 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
     Parameters
     ----------
     q, k, v : ndarray
-        ``(..., heads, q_len, d)``, ``(..., heads, k_len, d)``, ``(..., heads, k_len, d_v)``,
-        float32 or float64 (computed in their common dtype). Any leading axes; inputs that
-        are not C-contiguous in the last two axes (transposed, strided, offset views) are
-        copied once to C order.
+        ``(..., heads, q_len, d)``, ``(..., kv_heads, k_len, d)``, ``(..., kv_heads, k_len, d_v)``,
+        float16, bfloat16 (``ml_dtypes``), float32 or float64: computed in float64 if any is
+        float64, else in float32 (float16/bfloat16 converted once; see :data:`KERNEL_DTYPES`).
+        Any leading axes; inputs that are not C-contiguous in the last two axes (transposed,
+        strided, offset views) are copied once to C order. ``heads`` a multiple of ``kv_heads``
+        (grouped-query attention; 1 = multi-query): query head ``h`` attends with key/value
+        head ``h // (heads // kv_heads)``.
     slopes : array_like ``(heads,)``
         ALiBi slopes :math:`m_h` (:func:`posenc_np.alibi.slopes`), finite and non-negative.
     causal : bool
@@ -162,33 +239,53 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
         The causal mask follows it: key ``j`` is kept iff ``j <= i + q_offset``. Every
         query-key distance must be an exact integer in the compute dtype (at most 2^24 in
         float32, 2^53 in float64), else ``ValueError``.
+    key_splits : int, optional
+        Split each (head, query tile)'s keys into this many ranges, run them in parallel and
+        combine their partial softmaxes exactly (flash-decoding: with running maxima
+        :math:`m_r`, sums :math:`\ell_r` and outputs :math:`O_r`, :math:`m = \max_r m_r`,
+        :math:`\ell = \sum_r e^{m_r - m}\ell_r`, :math:`O = \sum_r e^{m_r - m} O_r / \ell`).
+        Default: automatic, more than 1 only when the heads and query tiles are too few to
+        occupy every thread (decoding: one or a few queries against a long cache).
 
     Returns
     -------
-    out : ndarray ``(..., heads, q_len, d_v)``
-    lse : ndarray ``(..., heads, q_len)``
+    out : ndarray ``(..., heads, q_len, d_v)``, in the inputs' dtype
+    lse : ndarray ``(..., heads, q_len)``, in the compute dtype
         Per-row log-sum-exp of the kept logits, ``-inf`` for fully masked rows (whose output
         is 0). Save it with ``out`` for :func:`alibi_attention_backward`.
     """
-    q, k, v, slopes, causal, scale, q_offset = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
+    q, k, v, slopes, causal, scale, q_offset, group = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
     lead = q.shape[:-2]
     q_len, k_len, dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    dtype, (q3, k3, v3) = _prepare((q, k, v), ("q", "k", "v"))
+    compute, io = _dtypes((q, k, v), ("q", "k", "v"))
+    q3, k3, v3 = (_items(a, compute) for a in (q, k, v))
     n_items = q3.shape[0]
-    out = np.zeros((n_items, q_len, dv), dtype=dtype)
-    lse = np.full((n_items, q_len), -np.inf, dtype=dtype)
+    out = np.zeros((n_items, q_len, dv), dtype=compute)
+    lse = np.full((n_items, q_len), -np.inf, dtype=compute)
     if n_items and q_len and k_len:
-        mneg = _per_item_slopes(slopes, n_items, dtype)
-        with launch_guard(), blas_single_thread(), _threads_for(n_items * -(-q_len // BLOCK_Q)):
-            _forward_kernel(q3, k3, v3, mneg, causal, dtype.type(scale), q_offset, dtype.type(-np.inf), out, lse)
-    return out.reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
+        mneg = _per_item_slopes(slopes, n_items, compute)
+        work = n_items * -(-q_len // BLOCK_Q)
+        splits = _key_splits(key_splits, work, k_len)
+        sc, ninf = compute.type(scale), compute.type(-np.inf)
+        with launch_guard(), blas_single_thread(), _threads_for(work * splits):
+            if splits == 1:
+                _forward_kernel(q3, k3, v3, mneg, group, causal, sc, q_offset, ninf, out, lse)
+            else:
+                part_acc = np.empty((n_items, splits, q_len, dv), dtype=compute)
+                part_m = np.empty((n_items, splits, q_len), dtype=compute)
+                part_l = np.empty((n_items, splits, q_len), dtype=compute)
+                _forward_split_kernel(q3, k3, v3, mneg, group, causal, sc, q_offset, ninf, splits,
+                                      part_acc, part_m, part_l, out, lse)
+    return _to_io(out, io).reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
 
-def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, scale: float, q_offset=None):
+def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, scale: float, q_offset=None,
+                             method: str = "auto"):
     r"""Gradients ``(dq, dk, dv)`` of :func:`alibi_attention_forward` (FlashAttention-2).
 
     Recomputes :math:`P = e^{S - \mathrm{lse}}` tile by tile (module docstring); memory is
-    :math:`O(\text{tile}^2)` per thread besides the gradients themselves.
+    :math:`O(\text{tile}^2)` per thread besides the gradients themselves. With grouped-query
+    heads, ``dk`` and ``dv`` of a key/value head sum over the query heads of its group.
 
     Parameters
     ----------
@@ -198,13 +295,20 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
         As passed to :func:`alibi_attention_forward`.
     out, lse : ndarray
         As returned by :func:`alibi_attention_forward`.
+    method : {"auto", "one-pass", "two-pass"}
+        ``"one-pass"``: one work item per key/value head computes all five tile products once
+        and owns its ``dq``, ``dk``, ``dv`` rows; ``"two-pass"``: a ``dq`` pass over query tiles
+        and a ``dk, dv`` pass over key tiles (seven products, but as many work items as tiles).
+        ``"auto"``: one-pass when there are at least two key/value heads per thread (or one
+        thread), else two-pass.
 
     Returns
     -------
     dq, dk, dv : ndarray
-        Shapes of ``q``, ``k``, ``v``, in the common dtype.
+        Shapes of ``q``, ``k``, ``v``, in the inputs' dtype.
     """
-    q, k, v, slopes, causal, scale, q_offset = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
+    q, k, v, slopes, causal, scale, q_offset, group = _check_inputs(q, k, v, slopes, causal, scale, q_offset)
+    method = check_choice(method, "method", ("auto", "one-pass", "two-pass"))
     dout, out, lse = np.asarray(dout), np.asarray(out), np.asarray(lse)
     out_shape = q.shape[:-1] + (v.shape[-1],)
     if dout.shape != out_shape or out.shape != out_shape:
@@ -212,22 +316,35 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
     if lse.shape != q.shape[:-1]:
         raise ValueError(f"lse must have shape {q.shape[:-1]}, got {lse.shape}")
     q_len, k_len = q.shape[-2], k.shape[-2]
-    dtype, (q3, k3, v3, do3, o3) = _prepare((q, k, v, dout, out), ("q", "k", "v", "dout", "out"))
-    lse2 = np.ascontiguousarray(lse.reshape(q3.shape[:2]), dtype=dtype)
-    n_items = q3.shape[0]
-    dq = np.zeros(q3.shape, dtype=dtype)
-    dk = np.zeros(k3.shape, dtype=dtype)
-    dv = np.zeros(v3.shape, dtype=dtype)
+    compute, io = _dtypes((q, k, v, dout, out), ("q", "k", "v", "dout", "out"))
+    q3, k3, v3, do3, o3 = (_items(a, compute) for a in (q, k, v, dout, out))
+    lse2 = np.ascontiguousarray(lse.reshape(q3.shape[:2]), dtype=compute)
+    n_items, n_kv = q3.shape[0], k3.shape[0]
+    dq = np.zeros(q3.shape, dtype=compute)
+    dk = np.zeros(k3.shape, dtype=compute)
+    dv = np.zeros(v3.shape, dtype=compute)
     if n_items and q_len and k_len:
-        mneg = _per_item_slopes(slopes, n_items, dtype)
-        delta = np.empty((n_items, q_len), dtype=dtype)
-        sc, ninf = dtype.type(scale), dtype.type(-np.inf)
+        mneg = _per_item_slopes(slopes, n_items, compute)
+        delta = np.empty((n_items, q_len), dtype=compute)
+        sc, ninf = compute.type(scale), compute.type(-np.inf)
+        if method == "auto":
+            import numba
+
+            threads = numba.get_num_threads()
+            method = "one-pass" if threads == 1 or n_kv >= 2 * threads else "two-pass"
         with launch_guard(), blas_single_thread():
-            with _threads_for(n_items * -(-q_len // BLOCK_Q)):
-                _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, causal, sc, q_offset, ninf, dq, delta)
-            with _threads_for(n_items * -(-k_len // BLOCK_K)):
-                _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, causal, sc, q_offset, ninf, dk, dv)
-    return dq.reshape(q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+            if method == "one-pass":
+                with _threads_for(n_kv):
+                    _backward_one_pass_kernel(q3, k3, v3, do3, o3, lse2, mneg, group, causal, sc, q_offset, ninf,
+                                              dq, dk, dv, delta)
+            else:
+                with _threads_for(n_items * -(-q_len // BLOCK_Q)):
+                    _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, group, causal, sc, q_offset, ninf, dq,
+                                        delta)
+                with _threads_for(n_kv * -(-k_len // BLOCK_K)):
+                    _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, group, causal, sc, q_offset, ninf,
+                                          dk, dv)
+    return (_to_io(dq, io).reshape(q.shape), _to_io(dk, io).reshape(k.shape), _to_io(dv, io).reshape(v.shape))
 
 
 # --------------------------------------------------------------------------- threads
@@ -494,8 +611,45 @@ def _row_dots(x, y, out):
         out[a] = t
 
 
+@_helper
+def _attend_range(q_a, k_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, row_max, row_sum, alpha, pv,
+                  s_buf):
+    """Online softmax of query tile ``q_a`` (query ``a`` at position ``pos0 + a``) over keys
+    ``j_lo <= j < j_hi``, tile by tile: updates the unnormalised output ``acc`` and the running
+    ``row_max``/``row_sum`` in place (FlashAttention-2 forward)."""
+    bq = q_a.shape[0]
+    for j0 in range(j_lo, j_hi, BLOCK_K):
+        bk = min(BLOCK_K, j_hi - j0)
+        s = s_buf[: bq * bk].reshape((bq, bk))
+        np.dot(q_a, k_n[j0:j0 + bk].T, s)
+        _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha)
+        np.dot(s, v_n[j0:j0 + bk], pv)
+        _rescale_add(acc, alpha, pv)
+
+
+@_helper
+def _finish_rows(acc, row_max, row_sum, out_rows, lse_rows, ninf):
+    """``out = acc / row_sum`` and ``lse = row_max + log(row_sum)`` for the rows with a kept key."""
+    for a in range(acc.shape[0]):
+        l = row_sum[a]
+        if l == 0:  # fully masked row: output 0, lse -inf (already in out/lse)
+            continue
+        inv = out_rows.dtype.type(1) / l
+        for c in range(acc.shape[1]):
+            out_rows[a, c] = acc[a, c] * inv
+        # A +inf logit (and no NaN): the row is NaN, and lse = +inf makes the backward's
+        # P = exp(S - lse) NaN at the +inf logits and 0 elsewhere, like the reference's P.
+        lse_rows[a] = row_max[a] if row_max[a] == -ninf else row_max[a] + math.log(l)
+
+
+@_helper
+def _key_end(i1, off, k_len, causal):
+    """End of the keys a query tile ending at row ``i1`` sees (its last query at ``i1 - 1 + off``)."""
+    return min(k_len, max(0, i1 + off)) if causal else k_len
+
+
 @njit_kernel()
-def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
+def _forward_kernel(q, k, v, mneg, group, causal, scale, off, ninf, out, lse):
     n_items, q_len, _ = q.shape
     k_len = k.shape[1]
     d_v = v.shape[2]
@@ -505,37 +659,77 @@ def _forward_kernel(q, k, v, mneg, causal, scale, off, ninf, out, lse):
         i0 = _zigzag(item % n_qt, n_qt) * BLOCK_Q
         i1 = min(i0 + BLOCK_Q, q_len)
         bq = i1 - i0
-        q_a = q[n][i0:i1]
         acc = np.zeros((bq, d_v), out.dtype)  # unnormalised output rows
-        pv = np.empty((bq, d_v), out.dtype)
-        s_buf = np.empty(bq * BLOCK_K, out.dtype)
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
-        alpha = np.empty(bq, out.dtype)
-        j_end = k_len
-        if causal:  # the tile's last query (position i1 - 1 + off) sees keys < i1 + off
-            j_end = min(k_len, max(0, i1 + off))
-        for j0 in range(0, j_end, BLOCK_K):
-            bk = min(BLOCK_K, j_end - j0)
-            s = s_buf[: bq * bk].reshape((bq, bk))
-            np.dot(q_a, k[n][j0:j0 + bk].T, s)
-            _fwd_scores(s, i0 + off, j0, causal, mneg[n], scale, ninf, row_max, row_sum, alpha)
-            np.dot(s, v[n][j0:j0 + bk], pv)
-            _rescale_add(acc, alpha, pv)
-        for a in range(bq):
-            l = row_sum[a]
-            if l == 0:  # fully masked row: output 0, lse -inf (already in out/lse)
-                continue
-            inv = out.dtype.type(1) / l
-            for c in range(d_v):
-                out[n, i0 + a, c] = acc[a, c] * inv
-            # A +inf logit (and no NaN): the row is NaN, and lse = +inf makes the backward's
-            # P = exp(S - lse) NaN at the +inf logits and 0 elsewhere, like the reference's P.
-            lse[n, i0 + a] = row_max[a] if row_max[a] == -ninf else row_max[a] + math.log(l)
+        _attend_range(q[n][i0:i1], k[n // group], v[n // group], i0 + off, 0, _key_end(i1, off, k_len, causal),
+                      causal, mneg[n], scale, ninf, acc, row_max, row_sum, np.empty(bq, out.dtype),
+                      np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
+        _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
 
 
 @njit_kernel()
-def _backward_dq_kernel(q, k, v, do, o, lse, mneg, causal, scale, off, ninf, dq, delta):
+def _forward_split_kernel(q, k, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l,
+                          out, lse):
+    """Flash-decoding: each (head, query tile)'s keys in ``splits`` ranges of whole key tiles,
+    one work item per range writing its partial state, then an exact combination per row."""
+    n_items, q_len, _ = q.shape
+    k_len = k.shape[1]
+    d_v = v.shape[2]
+    n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
+    for item in prange(n_items * n_qt * splits):
+        r = item % splits
+        t = item // splits
+        n = t // n_qt
+        i0 = (t % n_qt) * BLOCK_Q
+        i1 = min(i0 + BLOCK_Q, q_len)
+        bq = i1 - i0
+        j_end = _key_end(i1, off, k_len, causal)
+        tiles = (j_end + BLOCK_K - 1) // BLOCK_K
+        j_lo = min(j_end, (tiles * r // splits) * BLOCK_K)
+        j_hi = min(j_end, (tiles * (r + 1) // splits) * BLOCK_K)
+        acc = part_acc[n, r, i0:i1]
+        row_max = part_m[n, r, i0:i1]
+        row_sum = part_l[n, r, i0:i1]
+        acc[:] = 0
+        row_max[:] = ninf
+        row_sum[:] = 0
+        _attend_range(q[n][i0:i1], k[n // group], v[n // group], i0 + off, j_lo, j_hi, causal, mneg[n], scale,
+                      ninf, acc, row_max, row_sum, np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype),
+                      np.empty(bq * BLOCK_K, out.dtype))
+    for t in prange(n_items * n_qt):
+        n = t // n_qt
+        i0 = (t % n_qt) * BLOCK_Q
+        i1 = min(i0 + BLOCK_Q, q_len)
+        bq = i1 - i0
+        acc = np.zeros((bq, d_v), out.dtype)
+        row_max = np.full(bq, ninf)
+        row_sum = np.zeros(bq, out.dtype)
+        for a in range(bq):
+            mx = ninf
+            nan_seen = False
+            for r in range(splits):
+                m_r = part_m[n, r, i0 + a]
+                mx = m_r if m_r > mx else mx
+                nan_seen |= m_r != m_r
+            if nan_seen:
+                mx = ninf - ninf
+            row_max[a] = mx
+            if mx == ninf:
+                continue
+            for r in range(splits):
+                m_r = part_m[n, r, i0 + a]
+                if m_r == ninf:  # a range without kept keys contributes nothing
+                    continue
+                w = _exp(m_r - mx)
+                row_sum[a] += w * part_l[n, r, i0 + a]
+                for c in range(d_v):
+                    acc[a, c] += w * part_acc[n, r, i0 + a, c]
+        _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
+
+
+@njit_kernel()
+def _backward_dq_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ninf, dq, delta):
     n_items, q_len, d = q.shape
     k_len = k.shape[1]
     n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
@@ -547,59 +741,97 @@ def _backward_dq_kernel(q, k, v, do, o, lse, mneg, causal, scale, off, ninf, dq,
         q_a = q[n][i0:i1]
         do_a = do[n][i0:i1]
         dq_a = dq[n][i0:i1]
+        k_n, v_n = k[n // group], v[n // group]
         _row_dots(do_a, o[n][i0:i1], delta[n, i0:i1])
         s_buf = np.empty(bq * BLOCK_K, dq.dtype)
         dp_buf = np.empty(bq * BLOCK_K, dq.dtype)
         tmp = np.empty((bq, d), dq.dtype)
-        j_end = k_len
-        if causal:
-            j_end = min(k_len, max(0, i1 + off))
+        j_end = _key_end(i1, off, k_len, causal)
         for j0 in range(0, j_end, BLOCK_K):
             bk = min(BLOCK_K, j_end - j0)
             s = s_buf[: bq * bk].reshape((bq, bk))
             dp = dp_buf[: bq * bk].reshape((bq, bk))
-            k_b = k[n][j0:j0 + bk]
+            k_b = k_n[j0:j0 + bk]
             np.dot(q_a, k_b.T, s)
-            np.dot(do_a, v[n][j0:j0 + bk].T, dp)
+            np.dot(do_a, v_n[j0:j0 + bk].T, dp)
             _dq_scores(s, dp, i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i1], delta[n, i0:i1])
             np.dot(s, k_b, tmp)
             _add(dq_a, tmp)
         _scale(dq_a, scale)
 
 
+@_helper
+def _dkdv_tile(q_a, do_a, k_b, v_b, pos0, j0, causal, m, scale, ninf, lse_a, delta_a, st_buf, dpt_buf, tmp_k,
+               tmp_v, dk_b, dv_b):
+    """One (key tile, query tile) step of the backward: ``dv_b += P^T dO_a``, ``dk_b += dS^T Q_a``
+    (unscaled); returns ``dS^T`` (``(bk, bq)``, a view of ``dpt_buf``) for the caller's ``dQ``."""
+    bk, bq = k_b.shape[0], q_a.shape[0]
+    st = st_buf[: bk * bq].reshape((bk, bq))  # S^T, then P^T
+    dpt = dpt_buf[: bk * bq].reshape((bk, bq))  # dP^T, then dS^T
+    np.dot(k_b, q_a.T, st)
+    np.dot(v_b, do_a.T, dpt)
+    _dkdv_scores(st, dpt, pos0, j0, causal, m, scale, ninf, lse_a, delta_a)
+    np.dot(st, do_a, tmp_v)
+    np.dot(dpt, q_a, tmp_k)
+    _add(dv_b, tmp_v)
+    _add(dk_b, tmp_k)
+    return dpt
+
+
 @njit_kernel()
-def _backward_dkdv_kernel(q, k, v, do, lse, delta, mneg, causal, scale, off, ninf, dk, dv):
-    n_items, q_len, d = q.shape
-    k_len = k.shape[1]
-    d_v = v.shape[2]
+def _backward_dkdv_kernel(q, k, v, do, lse, delta, mneg, group, causal, scale, off, ninf, dk, dv):
+    q_len, d = q.shape[1], q.shape[2]
+    n_kv, k_len, d_v = v.shape
     n_kt = (k_len + BLOCK_K - 1) // BLOCK_K
-    for item in prange(n_items * n_kt):
-        n = item // n_kt
+    for item in prange(n_kv * n_kt):
+        h = item // n_kt
         j0 = _zigzag(item % n_kt, n_kt) * BLOCK_K
         bk = min(BLOCK_K, k_len - j0)
-        k_b = k[n][j0:j0 + bk]
-        v_b = v[n][j0:j0 + bk]
-        dk_b = dk[n][j0:j0 + bk]
-        dv_b = dv[n][j0:j0 + bk]
+        k_b = k[h][j0:j0 + bk]
+        v_b = v[h][j0:j0 + bk]
+        dk_b = dk[h][j0:j0 + bk]
+        dv_b = dv[h][j0:j0 + bk]
         st_buf = np.empty(bk * BLOCK_Q, dk.dtype)
         dpt_buf = np.empty(bk * BLOCK_Q, dk.dtype)
         tmp_k = np.empty((bk, d), dk.dtype)
         tmp_v = np.empty((bk, d_v), dk.dtype)
-        i_start = 0
-        if causal:  # first query that sees key j0: i + off >= j0
-            i_start = min(q_len, max(0, j0 - off))
-        for i0 in range(i_start, q_len, BLOCK_Q):
-            bq = min(BLOCK_Q, q_len - i0)
-            st = st_buf[: bk * bq].reshape((bk, bq))  # S^T, then P^T
-            dpt = dpt_buf[: bk * bq].reshape((bk, bq))  # dP^T, then dS^T
-            q_a = q[n][i0:i0 + bq]
-            do_a = do[n][i0:i0 + bq]
-            np.dot(k_b, q_a.T, st)
-            np.dot(v_b, do_a.T, dpt)
-            _dkdv_scores(st, dpt, i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i0 + bq],
-                         delta[n, i0:i0 + bq])
-            np.dot(st, do_a, tmp_v)
-            np.dot(dpt, q_a, tmp_k)
-            _add(dv_b, tmp_v)
-            _add(dk_b, tmp_k)
+        i_start = min(q_len, max(0, j0 - off)) if causal else 0  # first query that sees key j0
+        for n in range(h * group, (h + 1) * group):  # the query heads of this key/value head
+            for i0 in range(i_start, q_len, BLOCK_Q):
+                i1 = min(i0 + BLOCK_Q, q_len)
+                _dkdv_tile(q[n][i0:i1], do[n][i0:i1], k_b, v_b, i0 + off, j0, causal, mneg[n], scale, ninf,
+                           lse[n, i0:i1], delta[n, i0:i1], st_buf, dpt_buf, tmp_k, tmp_v, dk_b, dv_b)
         _scale(dk_b, scale)
+
+
+@njit_kernel()
+def _backward_one_pass_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ninf, dq, dk, dv, delta):
+    """One work item per key/value head: every tile product once (five per tile pair), and the
+    item owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows (no atomics)."""
+    q_len, d = q.shape[1], q.shape[2]
+    n_kv, k_len, d_v = v.shape
+    for h in prange(n_kv):
+        for n in range(h * group, (h + 1) * group):
+            _row_dots(do[n], o[n], delta[n])
+        st_buf = np.empty(BLOCK_K * BLOCK_Q, dk.dtype)
+        dpt_buf = np.empty(BLOCK_K * BLOCK_Q, dk.dtype)
+        tmp_k = np.empty((BLOCK_K, d), dk.dtype)
+        tmp_v = np.empty((BLOCK_K, d_v), dk.dtype)
+        tmp_q = np.empty((BLOCK_Q, d), dk.dtype)
+        for j0 in range(0, k_len, BLOCK_K):
+            bk = min(BLOCK_K, k_len - j0)
+            k_b = k[h][j0:j0 + bk]
+            dk_b = dk[h][j0:j0 + bk]
+            i_start = min(q_len, max(0, j0 - off)) if causal else 0
+            for n in range(h * group, (h + 1) * group):
+                for i0 in range(i_start, q_len, BLOCK_Q):
+                    i1 = min(i0 + BLOCK_Q, q_len)
+                    dst = _dkdv_tile(q[n][i0:i1], do[n][i0:i1], k_b, v[h][j0:j0 + bk], i0 + off, j0, causal,
+                                     mneg[n], scale, ninf, lse[n, i0:i1], delta[n, i0:i1], st_buf, dpt_buf,
+                                     tmp_k[:bk], tmp_v[:bk], dk_b, dv[h][j0:j0 + bk])
+                    t_q = tmp_q[: i1 - i0]
+                    np.dot(dst.T, k_b, t_q)  # dQ_a += dS K_b
+                    _add(dq[n][i0:i1], t_q)
+            _scale(dk_b, scale)
+        for n in range(h * group, (h + 1) * group):
+            _scale(dq[n], scale)

@@ -55,13 +55,13 @@ written. Small calls (under ``_ELEMENTS_PER_THREAD`` elements per thread) run on
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 
 import numba
 import numpy as np
 from numba import uint64
 
+from .. import _exact
 from .._checks import (
     as_float_array,
     as_positions,
@@ -74,11 +74,11 @@ from .._table_checks import ROPE_LAYOUTS as LAYOUTS
 from .._table_checks import check_rope_tables as _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
-__all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles"]
+__all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles", "rope_apply_qk"]
 
 # ``backend="auto"``'s switch, defined (with its measurement) in the package
 # ``posenc_np/kernels/__init__.py`` so that ``rope.apply`` can read it without importing Numba.
-from . import ROPE_NUMBA_MIN_ELEMENTS  # noqa: E402,F401
+from . import ROPE_NUMBA_MIN_ELEMENTS
 
 # RoPE needs no contraction: without ``contract`` each product and sum is rounded exactly as
 # the NumPy reference rounds it, so the table path matches it bit for bit.
@@ -95,16 +95,28 @@ _ELEMENTS_PER_THREAD = 1 << 17
 # --------------------------------------------------------------------------- kernel
 #
 # Three layers, each compiled once per dtype:
-#   _rope_kernel   prange over work items; holds only a call, which keeps Numba's parfor
-#                  passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
-#   _rotate_block  one work item (a block of outer x inner rows): fills the cos/sin tile when
-#                  angles are computed on the fly, then calls _walk
+#   _rope_kernel   prange over the work items of one or two operands (x, or q and k); holds
+#                  only calls, which keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s
+#                  CPU per dtype, measured)
+#   _rotate_block  one work item (a block of outer x inner rows of one operand): fills the
+#                  cos/sin tile when angles are computed on the fly, then calls _walk
 #   _walk          two plain nested loops over the block's rows. It is specialised in place
 #                  (xb is None) or not, so that each compiled loop nest inlines _rotate_row
 #                  exactly once, and its loop order is fixed (the planner decides which axes
 #                  are outer). Measured on one core: two inlined copies in one loop nest, or a
 #                  loop order chosen at run time, made LLVM give up vectorising (1.5-6x
 #                  slower); a call per row costs more than the row.
+#
+# An operand is described by its flat buffers (x, out) and two int64 offset arrays, ``A`` for
+# the outer rows and ``I`` for the inner rows, each with four lines: x, out, cos and sin row
+# offsets (the element offset of row (a, b) is ``A[k, a] + I[k, b]``; origins are folded into
+# ``A``), a second pair ``PA``/``PI`` of two lines (on-the-fly angles: the row of the small
+# "block" and "offset" tables of each table row along the outer and inner axes), and ``meta``:
+# x's and out's channel strides, tables_inner, a_block, b_block, in_place.
+
+_X, _O, _C, _S = range(4)
+_M_XSTEP, _M_OSTEP, _M_TINNER, _M_ABLOCK, _M_BBLOCK, _M_INPLACE = range(6)
+
 
 @njit_kernel(parallel=False, fastmath=_FASTMATH, inline="always")
 def _rotate_row(src, s0, s_step, dst, d0, d_step, ctab, c0, stab, t0, n_pairs, width, interleaved, sign,
@@ -179,94 +191,130 @@ def _rotate_row_strided(src, s0, s_step, dst, d0, d_step, ctab, c0, stab, t0, n_
 
 
 @njit_kernel(parallel=False, fastmath=_FASTMATH)
-def _walk(xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step, ctab, c0, ca, ci, stab, s0, sa, si,
-          a_lo, a_hi, b_lo, b_hi, n_pairs, width, interleaved, sign):
+def _walk(xb, ob, A, I, x_step, o_step, ctab, stab, c_shift, a_lo, a_hi, b_lo, b_hi, n_pairs, width,
+          interleaved, sign):
     """Rotate rows ``(a, b)`` for ``a_lo <= a < a_hi`` (outer) and ``b_lo <= b < b_hi`` (inner).
 
-    Row ``(a, b)`` of x starts at ``x0 + xa[a] + xi[b]``, of out at ``o0 + oa[a] + oi[b]``, of
-    the tables at ``c0 + ca[a] + ci[b]`` and ``s0 + sa[a] + si[b]`` (one of the two table
-    offsets is all zeros: the tables vary along the outer or along the inner axes).
-    ``xb is None``: in place (``out`` is ``x``); resolved at compile time.
+    Row ``(a, b)`` of x starts at ``A[0, a] + I[0, b]``, of out at ``A[1, a] + I[1, b]``, of the
+    tables at ``A[2, a] + I[2, b] + c_shift`` and ``A[3, a] + I[3, b] + c_shift`` (one of the
+    two table offsets is all zeros: the tables vary along the outer or along the inner axes;
+    ``c_shift`` moves the rows into an on-the-fly tile). ``xb is None``: in place (``out`` is
+    ``x``); resolved at compile time.
     """
     for a in range(a_lo, a_hi):
-        x_a = x0 + xa[a]
-        y_a = o0 + oa[a]
-        c_a = c0 + ca[a]
-        s_a = s0 + sa[a]
+        x_a = A[0, a]
+        y_a = A[1, a]
+        c_a = A[2, a] + c_shift
+        s_a = A[3, a] + c_shift
         for b in range(b_lo, b_hi):
-            y_row = y_a + oi[b]
+            y_row = y_a + I[1, b]
             if xb is None:
-                _rotate_row(ob, y_row, o_step, ob, y_row, o_step, ctab, c_a + ci[b], stab, s_a + si[b],
+                _rotate_row(ob, y_row, o_step, ob, y_row, o_step, ctab, c_a + I[2, b], stab, s_a + I[3, b],
                             n_pairs, width, interleaved, sign, False)
             else:
-                _rotate_row(xb, x_a + xi[b], x_step, ob, y_row, o_step, ctab, c_a + ci[b], stab, s_a + si[b],
+                _rotate_row(xb, x_a + I[0, b], x_step, ob, y_row, o_step, ctab, c_a + I[2, b], stab, s_a + I[3, b],
                             n_pairs, width, interleaved, sign, True)
 
 
 @njit_kernel(parallel=False, fastmath=_FASTMATH)
-def _rotate_block(item, b_items, xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step,
-                  cb, c0, ca, ci, sb, s0, sa, si, positions, inv_freq, factor, from_angles, tables_inner,
-                  n_pairs, width, interleaved, inverse, in_place, a_block, b_block):
-    """Rotate work item ``item``: ``a_block`` outer x ``b_block`` inner rows.
+def _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, interleaved):
+    r"""The cos/sin rows of table rows ``p_lo <= p < p_hi`` by angle addition, laid out like table rows.
 
-    With ``from_angles`` the item first fills a tile laid out like table rows with
-    ``factor * cos/sin(positions[p] * inv_freq[i])`` for its table rows ``p`` (the inner
-    rows if ``tables_inner``, else the outer rows), computed in float64 and cast once to x's
-    dtype (the reference's ``cos_sin(..., dtype=x.dtype, method="direct")``). The table offsets passed in are
-    then the tile's row offsets ``p * rotary`` (and zeros on the other axis).
+    Table row ``p`` is at position :math:`P = B\,j + r` with ``j = blk[p]``, ``r = off[p]``
+    (rows of the small tables): with :math:`a = Bj\omega_i`, :math:`b = r\omega_i`,
+
+    .. math::
+
+        \cos(a + b) = \cos a\cos b - \sin a\sin b, \qquad \sin(a + b) = \sin a\cos b + \cos a\sin b,
+
+    evaluated in float64 from the exact small tables ``hc, hs`` (:math:`\cos a, \sin a`) and
+    ``lc, ls`` (:math:`\cos b, \sin b`), times ``factor``, cast once to the tile's dtype.
     """
+    rotary = 2 * n_pairs
+    for p in range(p_lo, p_hi):
+        j = blk[p]
+        r = off[p]
+        t0 = (p - p_lo) * rotary
+        for i in range(n_pairs):
+            ca, sa, cr, sr = hc[j, i], hs[j, i], lc[r, i], ls[r, i]
+            c = factor * (ca * cr - sa * sr)
+            s = factor * (sa * cr + ca * sr)
+            ja = 2 * i if interleaved else i  # both channels of the pair, like a table row
+            jb = ja + 1 if interleaved else i + n_pairs
+            cb[t0 + ja] = c  # cast once to x's dtype
+            cb[t0 + jb] = c
+            sb[t0 + ja] = s
+            sb[t0 + jb] = s
+
+
+@njit_kernel(parallel=False, fastmath=_FASTMATH)
+def _rotate_block(item, xb, ob, A, I, PA, PI, meta, cb, sb, hc, hs, lc, ls, factor, from_angles,
+                  n_pairs, width, interleaved, inverse):
+    """Rotate work item ``item`` of one operand: ``a_block`` outer x ``b_block`` inner rows.
+
+    With ``from_angles`` the item first fills a tile with the cos/sin rows of its table rows
+    (the inner rows if the tables vary along the inner axes, else the outer rows) by
+    :func:`_fill_tile`; the operand's table offsets are then tile row offsets ``p * rotary``
+    (zeros on the other axis), shifted by the item's first table row.
+    """
+    a_block, b_block = meta[_M_ABLOCK], meta[_M_BBLOCK]
+    b_items = (I.shape[1] + b_block - 1) // b_block
     ai = item // b_items
     bi = item - ai * b_items
     a_lo = ai * a_block
-    a_hi = min(xa.shape[0], a_lo + a_block)
+    a_hi = min(A.shape[1], a_lo + a_block)
     b_lo = bi * b_block
-    b_hi = min(xi.shape[0], b_lo + b_block)
+    b_hi = min(I.shape[1], b_lo + b_block)
     one = ob.dtype.type(1)
     sign = -one if inverse else one  # backward: rotate by -t
+    c_shift = 0
     if from_angles:
-        p_lo, p_hi = (b_lo, b_hi) if tables_inner else (a_lo, a_hi)
         rotary = 2 * n_pairs
+        if meta[_M_TINNER]:
+            p_lo, p_hi, blk, off = b_lo, b_hi, PI[0], PI[1]
+        else:
+            p_lo, p_hi, blk, off = a_lo, a_hi, PA[0], PA[1]
         cb = np.empty((p_hi - p_lo) * rotary, dtype=ob.dtype)
         sb = np.empty((p_hi - p_lo) * rotary, dtype=ob.dtype)
-        c0 = s0 = -p_lo * rotary  # tile row of p: c0 + p * rotary
-        for p in range(p_lo, p_hi):
-            t0 = (p - p_lo) * rotary
-            for i in range(n_pairs):
-                angle = positions[p] * inv_freq[i]  # float64, as cos_sin computes it
-                c = factor * math.cos(angle)
-                s = factor * math.sin(angle)
-                ja = 2 * i if interleaved else i  # both channels of the pair, like a table row
-                jb = ja + 1 if interleaved else i + n_pairs
-                cb[t0 + ja] = c  # cast once to x's dtype
-                cb[t0 + jb] = c
-                sb[t0 + ja] = s
-                sb[t0 + jb] = s
-    if in_place:
-        _walk(None, x0, xa, xi, x_step, ob, o0, oa, oi, o_step, cb, c0, ca, ci, sb, s0, sa, si,
-              a_lo, a_hi, b_lo, b_hi, n_pairs, width, interleaved, sign)
+        _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, interleaved)
+        c_shift = -p_lo * rotary  # tile row of p: p * rotary + c_shift
+    if meta[_M_INPLACE]:
+        _walk(None, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, c_shift, a_lo, a_hi, b_lo, b_hi,
+              n_pairs, width, interleaved, sign)
     else:
-        _walk(xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step, cb, c0, ca, ci, sb, s0, sa, si,
-              a_lo, a_hi, b_lo, b_hi, n_pairs, width, interleaved, sign)
+        _walk(xb, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, c_shift, a_lo, a_hi, b_lo, b_hi,
+              n_pairs, width, interleaved, sign)
 
 
-@njit_kernel(fastmath=_FASTMATH)
-def _rope_kernel(xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step,
-                 cb, c0, ca, ci, sb, s0, sa, si, positions, inv_freq, factor, from_angles, tables_inner,
-                 n_pairs, width, interleaved, inverse, in_place, a_block, b_block):
-    """Rotate every row of ``x`` into ``out``: ``prange`` over the work items of :func:`_rotate_block`.
+def _rope_kernel_of(parallel: bool):
+    """The kernel, compiled with ``parallel`` or not (the serial one runs small calls on the
+    calling thread: no thread wake-up and no change of Numba's thread count, which costs tens
+    of microseconds per call). One body for both; each gets its own name for Numba's cache."""
 
-    Rows are indexed ``(a, b)``: ``a`` over the outer axes, ``b`` over the inner axes of the
-    walk (see :func:`_plan`); x's row starts at ``xb[x0 + xa[a] + xi[b]]``, out's at
-    ``ob[o0 + oa[a] + oi[b]]``, the tables' (unit channel stride) at ``cb[c0 + ca[a] + ci[b]]``
-    and ``sb[s0 + sa[a] + si[b]]``.
-    """
-    a_items = (xa.shape[0] + a_block - 1) // a_block
-    b_items = (xi.shape[0] + b_block - 1) // b_block
-    for item in numba.prange(a_items * b_items):
-        # int64(): the prange index may be typed uint64, which would compile the block twice
-        _rotate_block(numba.int64(item), b_items, xb, x0, xa, xi, x_step, ob, o0, oa, oi, o_step,
-                      cb, c0, ca, ci, sb, s0, sa, si, positions, inv_freq, factor, from_angles, tables_inner,
-                      n_pairs, width, interleaved, inverse, in_place, a_block, b_block)
+    def kernel(xb1, ob1, A1, I1, PA1, PI1, meta1, n1, xb2, ob2, A2, I2, PA2, PI2, meta2, n2,
+               cb, sb, hc, hs, lc, ls, factor, from_angles, n_pairs, width, interleaved, inverse):
+        """Rotate every row of one or two operands: ``prange`` over their ``n1 + n2`` work items.
+
+        Operand 1 (``x``, or ``q``) owns items ``[0, n1)``, operand 2 (``k``; ``n2 = 0`` when
+        there is none) the rest. Tables and the small angle tables are shared. See
+        :func:`_rotate_block`.
+        """
+        for item in numba.prange(n1 + n2):
+            # int64(): the prange index may be typed uint64, which would compile the block twice
+            it = numba.int64(item)
+            if it < n1:
+                _rotate_block(it, xb1, ob1, A1, I1, PA1, PI1, meta1, cb, sb, hc, hs, lc, ls, factor, from_angles,
+                              n_pairs, width, interleaved, inverse)
+            else:
+                _rotate_block(it - n1, xb2, ob2, A2, I2, PA2, PI2, meta2, cb, sb, hc, hs, lc, ls, factor,
+                              from_angles, n_pairs, width, interleaved, inverse)
+
+    kernel.__name__ = kernel.__qualname__ = "_rope_kernel" if parallel else "_rope_kernel_serial"
+    return njit_kernel(parallel=parallel, fastmath=_FASTMATH)(kernel)
+
+
+_rope_kernel = _rope_kernel_of(True)
+_rope_kernel_serial = _rope_kernel_of(False)
 
 
 # --------------------------------------------------------------------------- planning (Python)
@@ -281,19 +329,19 @@ def _check_x(x, name: str) -> np.ndarray:
     return x
 
 
-def _check_out(out, x: np.ndarray, name: str):
+def _check_out(out, x: np.ndarray, name: str, out_name: str):
     if out is None:
         return None
     if not isinstance(out, np.ndarray):
-        raise TypeError(f"out must be a NumPy array or None, got {type(out).__name__}")
+        raise TypeError(f"{out_name} must be a NumPy array or None, got {type(out).__name__}")
     if out.shape != x.shape:
-        raise ValueError(f"out must have {name}'s shape {x.shape}, got {out.shape}")
+        raise ValueError(f"{out_name} must have {name}'s shape {x.shape}, got {out.shape}")
     if out.dtype.newbyteorder("=") != x.dtype.newbyteorder("="):
-        raise TypeError(f"out must have {name}'s dtype {x.dtype}, got {out.dtype}")
+        raise TypeError(f"{out_name} must have {name}'s dtype {x.dtype}, got {out.dtype}")
     if not out.flags.writeable:
-        raise ValueError("out is read-only")
+        raise ValueError(f"{out_name} is read-only")
     if any(st == 0 and n > 1 for st, n in zip(out.strides, out.shape)):
-        raise ValueError(f"out has overlapping elements (a zero stride, strides {out.strides}); "
+        raise ValueError(f"{out_name} has overlapping elements (a zero stride, strides {out.strides}); "
                          "it cannot hold a result")
     return out
 
@@ -318,7 +366,7 @@ def _flat(a: np.ndarray, writeable: bool):
         buf = a.reshape(-1)
         return (buf if writeable or not buf.flags.writeable else _readonly(buf)), 0, strides
     if a.size == 0:
-        return (_EMPTY_F32 if item == 4 else _EMPTY_F64), 0, strides
+        return _EMPTY[item], 0, strides
     low = sum((n - 1) * st for n, st in zip(a.shape, strides) if st < 0)
     high = sum((n - 1) * st for n, st in zip(a.shape, strides) if st > 0)
     # A view whose first element is the lowest address: flip the negative-stride axes.
@@ -381,8 +429,10 @@ def _plan(lead, x_strides, out_strides, table_strides, other_strides, threads, t
     ``(B, H, T, D)`` with ``(T, d)`` tables walks each head's ``T`` rows in one run, and
     ``(B, T, H, D)`` with ``(T, 1, d)`` walks each position's ``H`` heads in one run.
 
-    Returns ``(xa, xi, oa, oi, ca, ci, sa, si, a_block, b_block, tables_inner)``: outer and
-    inner row offsets of x, out and the two tables (zeros along the broadcast axes).
+    Returns ``(A, I, a_block, b_block, tables_inner, table_rows)``: ``A`` ``(4, outer rows)`` and
+    ``I`` ``(4, inner rows)`` hold the row offsets of x, out and the two tables (zeros along the
+    broadcast axes; origins not included), ``table_rows`` the table offsets along the table
+    axes (the rows of the positions, with on-the-fly angles).
     """
     key = (lead, x_strides, out_strides, table_strides, other_strides, threads, tile_row_bytes)
     plan = _PLANS.get(key)
@@ -405,19 +455,13 @@ def _plan(lead, x_strides, out_strides, table_strides, other_strides, threads, t
     def zeros_on_broadcast(strides):
         return [0 if k in b_axes else st for k, st in enumerate(strides)]
 
-    xa, xi = offsets(x_strides, outer), offsets(x_strides, inner)
-    oa, oi = (xa, xi) if out_strides == x_strides else (offsets(out_strides, outer), offsets(out_strides, inner))
-    ct = zeros_on_broadcast(table_strides)
-    ca, ci = offsets(ct, outer), offsets(ct, inner)
-    if other_strides == table_strides:
-        sa, si = ca, ci
-    else:
-        st = zeros_on_broadcast(other_strides)
-        sa, si = offsets(st, outer), offsets(st, inner)
-    a_block, b_block = _blocks(xa.shape[0], xi.shape[0], threads, "inner" if tables_inner else "outer",
+    ct, st = zeros_on_broadcast(table_strides), zeros_on_broadcast(other_strides)
+    A = np.stack([offsets(x_strides, outer), offsets(out_strides, outer), offsets(ct, outer), offsets(st, outer)])
+    I = np.stack([offsets(x_strides, inner), offsets(out_strides, inner), offsets(ct, inner), offsets(st, inner)])
+    a_block, b_block = _blocks(A.shape[1], I.shape[1], threads, "inner" if tables_inner else "outer",
                                tile_row_bytes)
-    plan = (xa, xi, oa, oi, ca, ci, sa, si, a_block, b_block, tables_inner)
-    if xa.shape[0] + xi.shape[0] <= _PLAN_CACHE_ROWS:
+    plan = (_readonly(A), _readonly(I), a_block, b_block, tables_inner, (I if tables_inner else A)[2])
+    if A.shape[1] + I.shape[1] <= _PLAN_CACHE_ROWS:
         _remember(_PLANS, key, plan)
     return plan
 
@@ -452,65 +496,144 @@ def _num_threads(use: int, threads: int):
         numba.set_num_threads(threads)
 
 
-def _run(x, out, *, layout, inverse, tables=None, angles=None):
-    """Plan the call (row offsets, flat views, blocks) and launch the kernel."""
-    if out is None:
-        result = target = np.empty_like(x, dtype=x.dtype.newbyteorder("="))
-    else:
-        result = out
-        target = out if _kernel_ready(out) else np.empty_like(out, dtype=out.dtype.newbyteorder("="))
-    if x.size == 0:
-        return result
-    if not _kernel_ready(x):
-        x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
-    shared = x is target or np.may_share_memory(x, target)
-    in_place = shared and _same_view(x, target)
-    if shared and not in_place and _overlaps(x, target):
-        x = x.copy()
-    lead = x.shape[:-1]
-    n_lead = len(lead)
-    xb, x0, xs = _flat(x, writeable=False)
-    ob, o0, os_ = _flat(target, writeable=True)
+def _run(operands, *, layout, inverse, tables=None, angles=None):
+    """Plan every operand (row offsets, flat views, blocks) and launch the kernel once for all.
+
+    ``operands``: one or two ``(x, out)`` pairs with the same channel count (``out`` None: a new
+    array). ``tables``: ``(cos, sin)``, checked and cast to x's dtype, broadcasting against
+    every operand; or ``angles``: ``(positions, inv_freq, factor)`` for one operand. Returns
+    the list of results.
+    """
+    dtype = operands[0][0].dtype
+    targets, results = [], []
+    for x, out in operands:
+        if out is None:
+            result = target = np.empty_like(x, dtype=x.dtype.newbyteorder("="))
+        else:
+            result = out
+            target = out if _kernel_ready(out) else np.empty_like(out, dtype=out.dtype.newbyteorder("="))
+        targets.append(target)
+        results.append(result)
+    threads = numba.get_num_threads()
+    use = max(1, min(threads, sum(x.size for x, _ in operands) // _ELEMENTS_PER_THREAD))
     if tables is not None:
-        cos, sin = (_table_view(t.copy() if _overlaps(t, target) else t) for t in tables)
+        cos, sin = (_table_view(_copy_if_overlapping(t, targets)) for t in tables)
         n_pairs = cos.shape[-1] // 2
         cb, c0, cs = _flat(cos, writeable=True)
         sb, s0, ss = (cb, c0, cs) if sin is cos else _flat(sin, writeable=True)
-        c_lead, s_lead = _lead_strides(cos, cs, n_lead), _lead_strides(sin, ss, n_lead)
-        pos_p = freqs = _EMPTY_F64
-        factor, from_angles = 1.0, False
+        small, factor, tile_row_bytes = _NO_ANGLES[dtype.itemsize], 1.0, 0
     else:
-        positions, freqs, factor = angles
+        positions, freqs, inv_freq, factor = angles
         if not _kernel_ready(positions):
             positions = np.ascontiguousarray(positions, dtype=positions.dtype.newbyteorder("="))
-        n_pairs = freqs.shape[0]
         pb, p0, ps = _flat(positions[..., None], writeable=False)
-        c_lead = s_lead = _lead_strides(positions[..., None], ps, n_lead)
-        cb = sb = _SCRATCH_F32 if x.dtype.itemsize == 4 else _SCRATCH_F64  # replaced by a tile
+        n_pairs = freqs.shape[0]
+        cb = sb = _SCRATCH[dtype.itemsize]  # replaced by a tile in each work item
         c0 = s0 = 0
-        freqs = _readonly(np.ascontiguousarray(freqs))
-        from_angles = True
-    threads = numba.get_num_threads()
-    use = max(1, min(threads, x.size // _ELEMENTS_PER_THREAD))
-    tile_row_bytes = 2 * 2 * n_pairs * x.dtype.itemsize if from_angles else 0
-    xa, xi, oa, oi, ca, ci, sa, si, a_block, b_block, tables_inner = _plan(
-        lead, xs, os_, c_lead, s_lead, use, tile_row_bytes)
-    if from_angles:
-        # The positions of the table rows (float64, as cos_sin computes them), then the tile
-        # row offsets p * rotary in their place.
-        p_offsets = ci if tables_inner else ca
-        pos_p = _readonly(pb[p0 + p_offsets].astype(np.float64))
-        rows = _tile_rows(pos_p.shape[0], 2 * n_pairs)
-        zeros = _zero_rows((xa if tables_inner else xi).shape[0])
-        ca, ci = (zeros, rows) if tables_inner else (rows, zeros)
-        sa, si = ca, ci
-    with launch_guard(), _num_threads(use, threads):
-        _rope_kernel(xb, x0, xa, xi, xs[-1], ob, o0, oa, oi, os_[-1],
-                     cb, c0, ca, ci, sb, s0, sa, si, pos_p, freqs, float(factor), from_angles, tables_inner,
-                     n_pairs, x.shape[-1], layout == "interleaved", bool(inverse), in_place, a_block, b_block)
-    if target is not result:
-        result[...] = target
-    return result
+        tile_row_bytes = 2 * 2 * n_pairs * dtype.itemsize
+    launch = []
+    for (x, _), target in zip(operands, targets):
+        if x.size == 0:
+            continue
+        if not _kernel_ready(x):
+            x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+        shared = x is target or np.may_share_memory(x, target)
+        in_place = shared and _same_view(x, target)
+        if shared and not in_place and _overlaps(x, target):
+            x = x.copy()
+        n_lead = x.ndim - 1
+        xb, x0, xs = _flat(x, writeable=False)
+        ob, o0, os_ = _flat(target, writeable=True)
+        if tables is not None:
+            c_lead, s_lead = _lead_strides(cos, cs, n_lead), _lead_strides(sin, ss, n_lead)
+        else:
+            c_lead = s_lead = _lead_strides(positions[..., None], ps, n_lead)
+        A, I, a_block, b_block, tables_inner, table_rows = _plan(x.shape[:-1], xs, os_, c_lead, s_lead, use,
+                                                               tile_row_bytes)
+        PA = PI = _NO_ROWS
+        if tables is None:
+            # The small angle tables for the positions of the table rows, and the tile
+            # offsets p * rotary in place of the table offsets.
+            blk, off, *small = _angle_tables(pb[p0 + table_rows], freqs, inv_freq)
+            rows = np.arange(table_rows.shape[0], dtype=np.int64) * (2 * n_pairs)
+            tile = (np.zeros_like(A[2]), rows) if tables_inner else (rows, np.zeros_like(I[2]))
+            A, I = (np.concatenate([M[:2], np.stack([t, t])]) for M, t in zip((A, I), tile))
+            PA, PI = (_NO_ROWS, np.stack([blk, off])) if tables_inner else (np.stack([blk, off]), _NO_ROWS)
+        if x0 or o0 or c0 or s0:
+            A = A + np.array([[x0], [o0], [c0], [s0]], dtype=np.int64)
+        meta = np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64)
+        n_items = -(-A.shape[1] // a_block) * -(-I.shape[1] // b_block)
+        launch.append(tuple(_readonly(a) if a.flags.writeable else a for a in (xb, A, I, PA, PI, meta))
+                      + (ob, n_items))
+    if launch:
+        one = launch[0]
+        two = launch[1] if len(launch) > 1 else one[:7] + (0,)
+        (xb1, A1, I1, PA1, PI1, m1, ob1, n1), (xb2, A2, I2, PA2, PI2, m2, ob2, n2) = one, two
+        args = (xb1, ob1, A1, I1, PA1, PI1, m1, n1, xb2, ob2, A2, I2, PA2, PI2, m2, n2, cb, sb, *small,
+                float(factor), tables is None, n_pairs, operands[0][0].shape[-1], layout == "interleaved",
+                bool(inverse))
+        if use == 1:
+            _rope_kernel_serial(*args)
+        else:
+            with launch_guard(), _num_threads(use, threads):
+                _rope_kernel(*args)
+    for target, result in zip(targets, results):
+        if target is not result:
+            result[...] = target
+    return results
+
+
+def _copy_if_overlapping(t: np.ndarray, targets) -> np.ndarray:
+    """``t``, or a copy of it when it shares memory with an output (read before overwritten)."""
+    for g in targets:
+        if _overlaps(t, g):
+            return t.copy()
+    return t
+
+
+def _angle_tables(pos_rows: np.ndarray, freqs: np.ndarray, inv_freq):
+    r"""Small exact tables for the angle addition of :func:`_fill_tile`, cached (see :data:`_ANGLES`).
+
+    Integer positions :math:`P = Bj + r` with :math:`0 \le r < B`, :math:`B` a power of two
+    near :math:`\sqrt{\#\text{distinct}}` (64 for 4096 consecutive positions): one row of
+    :math:`\cos, \sin(Bj\,\omega_i)` per distinct block start :math:`Bj` and one per distinct
+    offset :math:`r`, each from :func:`posenc_np._exact.cos_sin` (within one ulp), so the
+    tables hold :math:`\sim 2\sqrt{T}` rows instead of :math:`T`. Positions with a fraction
+    take one exact row each (offset table: the single row :math:`r = 0`).
+
+    Returns ``(blk, off, hc, hs, lc, ls)``: for every table row its block and offset row, and
+    the block (``hc``, ``hs``) and offset (``lc``, ``ls``) tables, float64 ``(rows, n)``.
+    """
+    pos = _exact.positions(pos_rows)
+    key = (freqs.tobytes(), _exact.exact_values(inv_freq), pos_rows.dtype.kind == "f", pos_rows.tobytes())
+    hit = _ANGLES.get(key)
+    if hit is not None:
+        return hit
+    tc = _exact.turn_constants(inv_freq)
+    if pos.frac is None:
+        whole = pos.whole
+        n_distinct = np.unique(whole).size
+        block = 1 << (max(n_distinct - 1, 0).bit_length() + 1) // 2
+        r = whole & (block - 1)  # in [0, B) for negative positions too (two's complement)
+        starts, blk = np.unique(whole - r, return_inverse=True)
+        offs, off = np.unique(r, return_inverse=True)
+        hc, hs = _exact.cos_sin(_exact.Positions(starts, None), tc)
+        lc, ls = _exact.cos_sin(_exact.Positions(offs, None), tc)
+    else:
+        values, blk = np.unique(pos_rows.astype(np.float64), return_inverse=True)
+        hc, hs = _exact.cos_sin(_exact.positions(values), tc)
+        off = np.zeros_like(blk)
+        lc, ls = np.ones((1, freqs.size)), np.zeros((1, freqs.size))
+    value = tuple(_readonly(np.ascontiguousarray(a)) for a in (blk.astype(np.int64).reshape(-1),
+                                                               off.astype(np.int64).reshape(-1), hc, hs, lc, ls))
+    if pos_rows.size <= _PLAN_CACHE_ROWS:
+        _remember(_ANGLES, key, value)
+    return value
+
+
+# Small angle tables of recent (frequencies, positions): a model rotates by the same positions
+# every step, and exact evaluation costs ~0.2-0.5 us per entry.
+_ANGLES: dict = {}
 
 
 def _table_view(t: np.ndarray) -> np.ndarray:
@@ -539,25 +662,6 @@ class _WritableAlias:
         self.__array_interface__ = interface
 
 
-def _tile_rows(n_p: int, rotary: int) -> np.ndarray:
-    """Offsets ``p * rotary`` of the on-the-fly tile's rows (the kernel subtracts the block start)."""
-    key = (n_p, rotary)
-    rows = _TILE_ROWS.get(key)
-    if rows is None:
-        rows = _readonly(np.arange(n_p, dtype=np.int64) * rotary)
-        if n_p <= _PLAN_CACHE_ROWS:
-            _remember(_TILE_ROWS, key, rows)
-    return rows
-
-
-_TILE_ROWS: dict = {}
-
-
-def _zero_rows(n: int) -> np.ndarray:
-    """``n`` zero offsets (the tile does not move along the broadcast axes)."""
-    return _tile_rows(n, 0)
-
-
 def _readonly(a: np.ndarray) -> np.ndarray:
     """A read-only view (inputs reach the kernel read-only: one Numba specialisation)."""
     a = a.view()
@@ -566,10 +670,12 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 _ZERO_OFFSET = _readonly(np.zeros(1, np.int64))
-_EMPTY_F32 = _readonly(np.zeros(1, np.float32))
-_EMPTY_F64 = _readonly(np.zeros(1, np.float64))
-_SCRATCH_F32 = np.zeros(1, np.float32)  # typed placeholders for the tables in angles mode,
-_SCRATCH_F64 = np.zeros(1, np.float64)  # never read or written
+_EMPTY = {4: _readonly(np.zeros(1, np.float32)), 8: _readonly(np.zeros(1, np.float64))}
+# typed placeholders: the tables in angles mode (never read or written), no positions rows,
+# and the small angle tables of the table mode (never read)
+_SCRATCH = {4: np.zeros(1, np.float32), 8: np.zeros(1, np.float64)}
+_NO_ROWS = _readonly(np.zeros((2, 0), np.int64))
+_NO_ANGLES = {n: tuple(_readonly(np.zeros((1, 1))) for _ in range(4)) for n in (4, 8)}
 
 
 # --------------------------------------------------------------------------- public API
@@ -580,6 +686,10 @@ def _check_lead(shape, x: np.ndarray, what: str, name: str):
     if len(shape) > len(lead) or any(n != 1 and n != m for n, m in zip(shape[::-1], lead[::-1])):
         raise ValueError(f"{what} shape {shape} must broadcast to {name}'s leading shape {lead} "
                          f"({name} has shape {x.shape})")
+
+
+def _cast_tables(cos, sin, dtype):
+    return (cos.astype(dtype.newbyteorder("="), copy=False), sin.astype(dtype.newbyteorder("="), copy=False))
 
 
 def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> np.ndarray:
@@ -612,34 +722,92 @@ def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> 
     layout = check_choice(layout, "layout", LAYOUTS)
     x = _check_x(x, "x")
     cos, sin = _check_tables(x, cos, sin, "x")
-    return rotate_tables(x, cos, sin, layout, bool(inverse), _check_out(out, x, "x"))
+    return rotate_tables(x, cos, sin, layout, bool(inverse), _check_out(out, x, "x", "out"))
 
 
 def rotate_tables(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool, out=None) -> np.ndarray:
     """:func:`rope_apply` for arguments already checked (by it, or by :func:`posenc_np.rope.apply`):
     the tables are cast to ``x``'s dtype, then the kernel is launched. No argument checks."""
-    cos = cos.astype(x.dtype.newbyteorder("="), copy=False)
-    sin = sin.astype(x.dtype.newbyteorder("="), copy=False)
-    return _run(x, out, layout=layout, inverse=inverse, tables=(cos, sin))
+    return _run([(x, out)], layout=layout, inverse=inverse, tables=_cast_tables(cos, sin, x.dtype))[0]
+
+
+def rotate_tables_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool,
+                     out_q=None, out_k=None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rope_apply_qk` for arguments already checked (by it, or by :func:`posenc_np.rope.apply_qk`):
+    both tensors in one launch, tables cast once to ``q``'s dtype (``k`` has the same). No argument checks."""
+    q_out, k_out = _run([(q, out_q), (k, out_k)], layout=layout, inverse=inverse,
+                        tables=_cast_tables(cos, sin, q.dtype))
+    return q_out, k_out
+
+
+def rope_apply_qk(q, k, cos, sin, *, layout: str, inverse: bool = False, out_q=None, out_k=None):
+    r"""Rotate queries and keys by the same tables in one kernel launch: ``(q_rot, k_rot)``.
+
+    Equal to ``(rope_apply(q, cos, sin, ...), rope_apply(k, cos, sin, ...))`` bit for bit;
+    the tables are checked, cast and laid out once, and the work items of both tensors run in
+    one parallel region (one thread wake-up instead of two; the second tensor reads the table
+    rows again, from cache when they fit). ``k`` may have fewer heads than ``q``
+    (grouped-query attention): each broadcasts against the tables on its own.
+
+    Parameters
+    ----------
+    q, k : ndarray, float32 or float64, shapes ``(..., D)`` with the same ``D`` and dtype
+    cos, sin : array_like
+        As in :func:`rope_apply`; their leading axes must broadcast against both ``q``'s and
+        ``k``'s.
+    layout : {"half", "interleaved"}
+    inverse : bool
+        ``True`` for the backward of both.
+    out_q, out_k : ndarray or None
+        Result arrays (may be ``q``/``k`` themselves: in place).
+    """
+    layout = check_choice(layout, "layout", LAYOUTS)
+    q, k = _check_x(q, "q"), _check_x(k, "k")
+    if q.shape[-1] != k.shape[-1] or q.dtype.newbyteorder("=") != k.dtype.newbyteorder("="):
+        raise ValueError(f"q and k must have the same channel count and dtype, got {q.shape} {q.dtype} and "
+                         f"{k.shape} {k.dtype}")
+    cos, sin = _check_tables(q, cos, sin, "q")
+    _check_tables(k, cos, sin, "k")
+    out_q, out_k = _check_out(out_q, q, "q", "out_q"), _check_out(out_k, k, "k", "out_k")
+    if out_q is not None and out_k is not None and _overlaps(out_q, out_k):
+        raise ValueError("out_q and out_k overlap; they must be separate arrays")
+    return rotate_tables_qk(q, k, cos, sin, layout, bool(inverse), out_q, out_k)
 
 
 def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: float = 1.0,
                       inverse: bool = False, out=None) -> np.ndarray:
-    r"""Rotate ``x`` by angles :math:`t = p\,\omega_i` computed on the fly (no tables in memory).
+    r"""Rotate ``x`` by angles :math:`t = p\,\omega_i` computed on the fly (no full tables in memory).
 
-    Same result as ``rope_apply(x, *cos_sin(positions, inv_freq,
-    attention_factor=attention_factor, layout=layout, dtype=x.dtype, method="direct"), layout=layout)`` up to
-    the libm ``sin``/``cos``: angles, :math:`f\cos t` and :math:`f\sin t` are computed in
-    float64 and cast once to ``x``'s dtype.
+    Angles by angle addition, without a libm call per element: each integer position is split
+    as :math:`p = Bj + r` (:math:`B` a power of two near :math:`\sqrt{T}`), the exact
+    :math:`\cos, \sin` of the few distinct :math:`Bj\omega_i` and :math:`r\omega_i` are
+    computed once per call (:func:`posenc_np._exact.cos_sin`, within one ulp; cached for
+    repeated positions), and each work item combines them for its rows,
+
+    .. math::
+
+        \cos p\omega = \cos Bj\omega\,\cos r\omega - \sin Bj\omega\,\sin r\omega, \qquad
+        \sin p\omega = \sin Bj\omega\,\cos r\omega + \cos Bj\omega\,\sin r\omega,
+
+    in float64, times :math:`f`, cast once to ``x``'s dtype. What it matches: the exact tables
+    ``cos_sin(positions, inv_freq, attention_factor=f, dtype=float64)`` (``method="exact"``)
+    within a few float64 ulps (two products and a sum of values each within one ulp: at most
+    ~4.5e-16 absolute, for any position), so the float32 tables it rotates by are the exact
+    values rounded once to float32 up to a tie in rare cases (error <= 2^-25 ~ 3.0e-8 for
+    :math:`|f| \le 1`; measured in ``tests/test_kernels_rope.py``). Non-integer positions take
+    one exact row each (no split). The rotation is then :func:`rope_apply`'s, operation for
+    operation.
 
     Parameters
     ----------
     x : ndarray, float32 or float64, shape ``(..., D)``
     positions : array_like of int or float
         Shape broadcasting against ``x.shape[:-1]`` (``(T,)`` for ``(B, H, T, D)``,
-        ``(T, 1)`` for ``(B, T, H, D)``); finite.
+        ``(T, 1)`` for ``(B, T, H, D)``); :math:`|p| < 2^{53}` (float positions: within the
+        range where their dtype holds every integer, as for ``cos_sin``).
     inv_freq : array_like, shape ``(n,)``
-        Finite frequencies :math:`\omega_i`; the rotary dim is ``2n <= D``.
+        Finite frequencies :math:`\omega_i`; the rotary dim is ``2n <= D``. An array from
+        :func:`posenc_np.rope.inv_freq` carries its unrounded values, which are used.
     layout : {"half", "interleaved"}
     attention_factor : float
         :math:`f > 0` multiplying both cos and sin (YaRN, LongRoPE).
@@ -661,6 +829,6 @@ def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: 
                          f"wider than x ({x.shape[-1]} channels)")
     factor = check_real(attention_factor, "attention_factor", positive=True)
     _check_lead(positions.shape, x, "positions", "x")
-    check_angles(positions.astype(np.float64, copy=False), freqs)
-    out = _check_out(out, x, "x")
-    return _run(x, out, layout=layout, inverse=bool(inverse), angles=(positions, freqs, factor))
+    _exact.positions(positions)  # |p| < 2^53, float positions exact in their dtype: else ValueError
+    out = _check_out(out, x, "x", "out")
+    return _run([(x, out)], layout=layout, inverse=bool(inverse), angles=(positions, freqs, inv_freq, factor))[0]
