@@ -316,3 +316,10 @@ def test_report_command_regenerates_and_refuses_foreign_files(tmp_path, capsys):
     assert "not a results file of the study" in capsys.readouterr().err
     (tmp_path / "results.json").write_text("[1, 2")
     assert cli.main(["study", "report", str(tmp_path)]) == 2
+    meta = {"tool": "posenc-np study extrapolation", "schema": 2, "config": {"seeds": 3}}
+    (tmp_path / "results.json").write_text(json.dumps({"meta": meta, "records": [{"part": "lm", "x": 1}]}))
+    assert cli.main(["study", "report", str(tmp_path)]) == 2
+    assert "not a valid study results file" in capsys.readouterr().err
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {**meta, "schema": 1}, "records": []}))
+    assert cli.main(["study", "report", str(tmp_path)]) == 2
+    assert "schema 1" in capsys.readouterr().err

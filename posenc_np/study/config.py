@@ -84,11 +84,11 @@ class StudyConfig:
     # tasks
     tasks: list = field(default_factory=lambda: ["copy", "reverse", "lag"])
     training: tuple = ("fixed", "varying")
-    train_len: int = 16
+    train_len: int = 8
     eval_factors: tuple = (1, 2, 4)
     alphabet: int = 16
-    steps: int = 600
-    batch_size: int = 32
+    steps: int = 1500
+    batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 50
     min_lr: float = 1e-4
@@ -102,7 +102,7 @@ class StudyConfig:
     lm_batch_size: int = 16
     lm_lr: float = 3e-3
     lm_warmup: int = 50
-    lm_eval_tokens: int = 16384
+    lm_eval_tokens: int = 8192
     lm_stride: int = 32
     # rope_scaling
     scaling_methods: tuple = SCALING_METHODS
@@ -160,11 +160,11 @@ class StudyConfig:
 
 
 def quick_config(seed: int = 0) -> StudyConfig:
-    """The reduced study of ``--quick`` (what the tests run): every part, encoding, fusion and
-    training option with two seeds, a tiny model and a few steps."""
-    return StudyConfig(seeds=2, seed=seed, train_len=4, alphabet=8, d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                       steps=30, batch_size=8, warmup=5, eval_sequences=16, lm_train_len=16, lm_steps=30,
-                       lm_batch_size=8, lm_warmup=5, lm_eval_tokens=512, lm_stride=8, finetune_steps=10,
+    """The reduced study of ``--quick`` (what the tests run): every part, encoding, fusion mode
+    and training option with two seeds, on two tasks, a tiny model and a few steps."""
+    return StudyConfig(seeds=2, seed=seed, tasks=["copy", "lag"], train_len=4, alphabet=8, d_model=16, n_heads=2,
+                       n_layers=1, d_ff=32, steps=10, batch_size=8, warmup=2, eval_sequences=8, lm_train_len=16,
+                       lm_steps=10, lm_batch_size=4, lm_warmup=2, lm_eval_tokens=256, lm_stride=16, finetune_steps=4,
                        finetune_batch_size=2, jobs=1)
 
 

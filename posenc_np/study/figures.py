@@ -55,12 +55,18 @@ def _tasks(plt, R: Results, path) -> None:
         for j, f in enumerate(factors):
             ax = axes[i][j]
             for k, option in enumerate(options):
+                ys, xs, err = [], [], [[], []]
                 for y, lab in enumerate(labels):
                     iv = R.iv("tasks", "token_accuracy", training=option, label=lab, task=task, eval_factor=f)
                     if iv is None:
                         continue
-                    ax.errorbar(iv.mean, y + (k - (len(options) - 1) / 2) * 0.25, xerr=_err(iv), fmt=markers[k % 7],
-                                ms=4, color=f"C{k}", capsize=2, lw=1)
+                    ys.append(y + (k - (len(options) - 1) / 2) * 0.25)
+                    xs.append(iv.mean)
+                    lo, hi = _err(iv)
+                    err[0] += lo
+                    err[1] += hi
+                if xs:
+                    ax.errorbar(xs, ys, xerr=err, fmt=markers[k % 7], ms=4, color=f"C{k}", capsize=2, lw=1)
             ax.axvline(1 / R.cfg["alphabet"], color="0.6", lw=0.8, ls=":")
             ax.set_xlim(-0.03, 1.03)
             ax.set_title(f"{task}, {f}L", fontsize=9)
@@ -80,8 +86,12 @@ def _curves(plt, R: Results, path, part: str, series: list[tuple[str, dict]], pa
             title: str) -> None:
     factors = R.cfg["lm_eval_factors"]
     L = R.cfg["lm_train_len"]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
-    for ax, (panel_title, where) in zip(axes[0], panels):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    cols = min(2, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.4 * cols + 1.6, 3.9 * rows), squeeze=False)
+    for ax, (panel_title, where) in zip(axes.flat, panels):
         for k, (name, sel) in enumerate(series):
             xs, means, los, his = [], [], [], []
             for f in factors:
@@ -99,6 +109,8 @@ def _curves(plt, R: Results, path, part: str, series: list[tuple[str, dict]], pa
             ax.fill_between(xs, los, his, color=f"C{k % 10}", alpha=0.15, lw=0)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks([L * f for f in factors], [str(L * f) for f in factors], fontsize=8)
         ax.axvline(L, color="0.5", lw=0.8, ls=":")
         ax.set_xlabel("evaluation length (bytes)", fontsize=9)

@@ -19,6 +19,7 @@ from .store import OUTPUTS, read_json, write_json, written_by_us
 __all__ = ["Results", "publish", "sections", "write_report"]
 
 FIGURES = {"tasks": "tasks.png", "lm": "lm.png", "rope_scaling": "rope_scaling.png"}
+SCHEMA = 2  # of results.json
 MODES = ("nonoverlapping", "sliding")
 
 
@@ -370,9 +371,17 @@ def publish(out_dir, docs_dir) -> list[str]:
 
 
 def load_results(out_dir) -> dict:
-    """``out_dir/results.json``, checked to be this tool's (``ValueError`` otherwise)."""
+    """``out_dir/results.json``, checked to be a results file of this tool's current schema and
+    to yield every generated block (``ValueError`` naming the file otherwise, never a traceback)."""
     path = os.path.join(os.fspath(out_dir), "results.json")
     doc = read_json(path)
     if not written_by_us(doc) or not isinstance(doc.get("records"), list):
         raise ValueError(f"{path} is missing, unreadable or not a results file of the study")
+    if doc["meta"].get("schema") != SCHEMA:
+        raise ValueError(f"{path} is a study results file of schema {doc['meta'].get('schema', 1)}; this version "
+                         f"reads schema {SCHEMA} (rerun the study)")
+    try:
+        sections(doc)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError) as exc:
+        raise ValueError(f"{path} is not a valid study results file ({type(exc).__name__}: {exc})") from exc
     return doc

@@ -19,7 +19,7 @@ from .cells import run_cell
 from .config import PARTS, StudyConfig, cell_id, grid, quick_config
 from .corpus import corpus_digests, load_corpus
 from .executors import make_executor
-from .report import load_results, publish, write_report
+from .report import SCHEMA, load_results, publish, write_report
 from .store import STUDY_TOOL, ResultStore, json_safe, write_json
 from .tasks import TASKS, TRAINING_OPTIONS
 
@@ -150,8 +150,9 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     def on_failure(cell, message):
         on_result({"cell": cell, "status": "error", "records": [], "seconds": 0.0, "error": message, "worker": None})
 
+    order = sorted(todo, key=lambda c: -costs[cell_id(c)])  # longest first: no long cell left alone at the end
     try:
-        executor.run(functools.partial(run_cell, cfg_dict), todo, on_result, on_failure)
+        executor.run(functools.partial(run_cell, cfg_dict), order, on_result, on_failure)
     finally:
         bar.close()
     elapsed = time.perf_counter() - t0
@@ -159,7 +160,7 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     failed = [{"cell": cell_id(r["cell"]), "error": r["error"]} for r in done if r["status"] != "ok"]
     workers = sorted({f"{w['host']} (Python {w['python']}, NumPy {w['numpy']})"
                       for r in done if isinstance(w := r.get("worker"), dict)})
-    summary = {"meta": {"tool": STUDY_TOOL, "schema": 2, "version": __version__, "config": cfg_dict,
+    summary = {"meta": {"tool": STUDY_TOOL, "schema": SCHEMA, "version": __version__, "config": cfg_dict,
                         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
                         "cells": len(cells), "elapsed_seconds": elapsed,
                         "cell_seconds": sum(r["seconds"] for r in done), "executor": executor.name,
