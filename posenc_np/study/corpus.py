@@ -37,7 +37,7 @@ import sysconfig
 
 import numpy as np
 
-from .._checks import check_alloc, check_int
+from .._checks import as_int_array, check_alloc, check_int
 from .tasks import IGNORE
 
 __all__ = ["HELD_OUT_FILES", "TRAIN_FILES", "LMWindows", "eval_windows", "load_corpus"]
@@ -105,10 +105,14 @@ class LMWindows:
     of ``data`` and returns ``(tokens, targets)`` of shape ``(batch, length)``."""
 
     def __init__(self, data: np.ndarray, length: int):
-        self.data = np.asarray(data)
+        self.data = as_int_array(data, "data")
+        if self.data.ndim != 1 or self.data.size < 2:
+            raise ValueError(f"data must be a 1-D array of at least 2 tokens, got shape {self.data.shape}")
         self.length = check_int(length, "length", minimum=1, maximum=len(self.data) - 1)
 
     def sample(self, rng: np.random.Generator, batch_size: int):
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
         batch_size = check_int(batch_size, "batch_size", minimum=1)
         check_alloc((batch_size, self.length + 1), np.int64, "LM batch (batch_size, length + 1)")
         starts = rng.integers(0, len(self.data) - self.length, size=batch_size)
@@ -124,7 +128,11 @@ def eval_windows(data: np.ndarray, n_tokens: int, length: int, mode: str, stride
     ``n_tokens``). ``mode="sliding"``: windows starting every ``stride`` tokens
     (``stride`` must divide ``n_tokens - length`` and be ``<= length``), scoring all of the
     first and the last ``stride`` of each later one; unscored targets are ``IGNORE``.
+    ``data`` is a 1-D integer array of at least ``n_tokens + 1`` tokens.
     """
+    data = as_int_array(data, "data")
+    if data.ndim != 1 or data.size < 2:
+        raise ValueError(f"data must be a 1-D array of at least 2 tokens, got shape {data.shape}")
     n_tokens = check_int(n_tokens, "n_tokens", minimum=1, maximum=len(data) - 1)
     length = check_int(length, "length", minimum=1, maximum=n_tokens)
     if mode == "nonoverlapping":
@@ -139,7 +147,7 @@ def eval_windows(data: np.ndarray, n_tokens: int, length: int, mode: str, stride
     else:
         raise ValueError(f"mode must be 'nonoverlapping' or 'sliding', got {mode!r}")
     check_alloc((len(starts), length + 1), np.int64, "evaluation windows")
-    windows = np.asarray(data)[starts[:, None] + np.arange(length + 1)].astype(np.int64)
+    windows = data[starts[:, None] + np.arange(length + 1)].astype(np.int64)
     tokens, targets = windows[:, :-1], windows[:, 1:].copy()
     if mode == "sliding":
         targets[1:, : length - stride] = IGNORE  # later windows score only their last `stride` tokens

@@ -152,6 +152,8 @@ class VaryingLength:
     """
 
     def __init__(self, task_cls, max_size: int, alphabet: int, min_size: int | None = None):
+        if not (isinstance(task_cls, type) and issubclass(task_cls, _Task)):
+            raise TypeError(f"task_cls must be one of the task classes {sorted(TASKS)}, got {task_cls!r}")
         self.task_cls = task_cls
         self.max_size = check_int(max_size, "max_size", minimum=task_cls.min_size())
         self.min_size = check_int(task_cls.min_size() if min_size is None else min_size, "min_size",
