@@ -13,9 +13,27 @@ import pytest
 
 from posenc_np import cli
 from posenc_np.model import REGISTRY
-from posenc_np.study import (BOS, IGNORE, SEP, TRAINING_OPTIONS, CopyTask, LagTask, ReverseTask, StudyConfig,
-                             TrainingOption, VaryingLength, cell_id, eval_windows, grid, quick_config, scaling_dict)
-from posenc_np.study import claims, corpus, report, stats, tasks
+from posenc_np.study import (
+    BOS,
+    IGNORE,
+    SEP,
+    TRAINING_OPTIONS,
+    CopyTask,
+    LagTask,
+    ReverseTask,
+    StudyConfig,
+    TrainingOption,
+    VaryingLength,
+    cell_id,
+    claims,
+    corpus,
+    eval_windows,
+    grid,
+    quick_config,
+    report,
+    scaling_dict,
+    stats,
+)
 from posenc_np.study.stats import Interval
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -280,8 +298,8 @@ def test_committed_study_page_is_generated_from_the_committed_results():
     doc = json.loads((ROOT / "docs" / "study_results" / "results.json").read_text())
     page = (ROOT / "docs" / "study.md").read_text()
     assert report.fill_blocks(page, report.sections(doc)) == page
-    prose = re.sub(r"<!-- BEGIN GENERATED: ([\w-]+) -->.*?<!-- END GENERATED: \1 -->", "", page, flags=re.S)
-    prose = re.sub(r"```.*?```", "", prose, flags=re.S)  # commands
+    prose = re.sub(r"<!-- BEGIN GENERATED: ([\w-]+) -->.*?<!-- END GENERATED: \1 -->", "", page, flags=re.DOTALL)
+    prose = re.sub(r"```.*?```", "", prose, flags=re.DOTALL)  # commands
     decimals = set(re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", prose))
     constants = {"0.975", "0.9", "0.999", "0.01", "0.02", "0.1"}  # the t quantile's level, Adam, init, YaRN
     assert decimals <= constants, f"hand-written text states measured numbers: {sorted(decimals - constants)}"

@@ -6,7 +6,14 @@ import importlib.util
 
 import pytest
 
-from posenc_np.study import Dask, InProcess, ProcessPool, StudyConfig, make_executor, run_extrapolation
+from posenc_np.study import (
+    Dask,
+    InProcess,
+    ProcessPool,
+    StudyConfig,
+    make_executor,
+    run_extrapolation,
+)
 
 TINY = {"parts": ("tasks", "lm"), "training": ("fixed", "varying"), "seeds": 1, "encodings": ["rope", "alibi"],
         "fusions": ("add",), "tasks": ["lag"], "train_len": 3, "alphabet": 4, "d_model": 8, "n_heads": 2,

@@ -31,15 +31,33 @@ default grid); training options from :data:`.tasks.TRAINING_OPTIONS`.
 from __future__ import annotations
 
 from .cells import run_cell
-from .config import PARTS, SCALING_METHODS, StudyConfig, cell_id, grid, quick_config, scaling_dict
+from .config import (
+                    PARTS,
+                    SCALING_METHODS,
+                    StudyConfig,
+                    cell_id,
+                    grid,
+                    quick_config,
+                    scaling_dict,
+)
 from .corpus import LMWindows, eval_windows, load_corpus
 from .executors import Dask, InProcess, ProcessPool, make_executor
 from .report import publish, sections, write_report
 from .runner import cell_cost, report_cli, run_extrapolation, run_extrapolation_cli
 from .stats import Interval, t_interval, tiers
 from .store import ResultStore
-from .tasks import (BOS, IGNORE, SEP, TASKS, TRAINING_OPTIONS, CopyTask, LagTask, ReverseTask, TrainingOption,
-                    VaryingLength)
+from .tasks import (
+                    BOS,
+                    IGNORE,
+                    SEP,
+                    TASKS,
+                    TRAINING_OPTIONS,
+                    CopyTask,
+                    LagTask,
+                    ReverseTask,
+                    TrainingOption,
+                    VaryingLength,
+)
 
 __all__ = ["BOS", "IGNORE", "PARTS", "SCALING_METHODS", "SEP", "TASKS", "TRAINING_OPTIONS", "CopyTask", "Dask",
            "InProcess", "Interval", "LMWindows", "LagTask", "ProcessPool", "ResultStore", "ReverseTask", "StudyConfig",

@@ -30,6 +30,10 @@ YES, NO, OPEN, UNTESTED = "reproduces", "does not reproduce", "not resolved", "n
 CONSISTENT = "consistent (no separated change)"
 
 
+def _row(source: str, claim: str, verdict: str, evidence: str) -> tuple:
+    return source, claim, verdict, evidence
+
+
 def _combine(outcomes: list[str]) -> str:
     """Verdict from per-comparison outcomes ``"yes"`` / ``"no"`` / ``"open"``."""
     if not outcomes:
@@ -76,7 +80,7 @@ def _press(R):
     rows = []
     factors = R.cfg.get("lm_eval_factors", [1])
     if "lm" not in R.by_part or len(factors) < 2:
-        return [("Press et al. 2022", "LM perplexity versus length claims", UNTESTED, "the lm part was not run")]
+        return [_row("Press et al. 2022", "LM perplexity versus length claims", UNTESTED, "the lm part was not run")]
     base, top = factors[0], factors[-1]
 
     def ratio(enc, f, mode="nonoverlapping"):
@@ -85,15 +89,15 @@ def _press(R):
 
     for enc, name in (("sinusoidal", "Sinusoidal"), ("rope", "Rotary")):
         iv = ratio(enc, factors[1])
-        rows.append(("Press et al. 2022, Fig. 1", f"{name} perplexity rises past L (non-overlapping)",
+        rows.append(_row("Press et al. 2022, Fig. 1", f"{name} perplexity rises past L (non-overlapping)",
                      _combine([] if iv is None else [_dir_outcome(iv, "up")]),
                      f"ppl {factors[1]}L / {base}L = {fmt(iv)}"))
     t5, rope, sin = ratio("t5", top), ratio("rope", top), ratio("sinusoidal", top)
     outcomes = [o for o in (_less(t5, rope), _less(t5, sin)) if o != "missing"] if t5 else []
-    rows.append(("Press et al. 2022, Fig. 1", "T5 bias degrades less than rotary and sinusoidal",
+    rows.append(_row("Press et al. 2022, Fig. 1", "T5 bias degrades less than rotary and sinusoidal",
                  _combine(outcomes), f"ppl {top}L / {base}L: t5 {fmt(t5)}, rope {fmt(rope)}, sinusoidal {fmt(sin)}"))
     ivs = {f: ratio("alibi", f) for f in factors[1:]}
-    rows.append(("Press et al. 2022, Fig. 1", "ALiBi perplexity does not rise past L, up to the longest length",
+    rows.append(_row("Press et al. 2022, Fig. 1", "ALiBi perplexity does not rise past L, up to the longest length",
                  _never(ivs.values(), "up"), "; ".join(f"{f}L / {base}L = {fmt(iv)}" for f, iv in ivs.items())))
     items = {lab: R.iv("lm", "ppl", label=lab, eval_mode="nonoverlapping", eval_factor=top) for lab in R.labels("lm")}
     items = {k: v for k, v in items.items() if v is not None}
@@ -104,10 +108,10 @@ def _press(R):
         evidence = f"best tier at {top}L: {{{', '.join(first)}}}"
     else:
         verdict, evidence = UNTESTED, "alibi not run"
-    rows.append(("Press et al. 2022, Fig. 1", f"ALiBi has the lowest perplexity at the longest length ({top}L)",
+    rows.append(_row("Press et al. 2022, Fig. 1", f"ALiBi has the lowest perplexity at the longest length ({top}L)",
                  verdict, evidence))
     ivs = {f: ratio("alibi", f, "sliding") for f in factors[1:]}
-    rows.append(("Press et al. 2022, App. B", "with sliding windows ALiBi gains nothing from inputs longer than L "
+    rows.append(_row("Press et al. 2022, App. B", "with sliding windows ALiBi gains nothing from inputs longer than L "
                  "(its non-overlapping gain is the early-token curse)", _never(ivs.values(), "down"),
                  "sliding: " + "; ".join(f"{f}L / {base}L = {fmt(iv)}" for f, iv in ivs.items())))
     return rows
@@ -117,12 +121,12 @@ def _press(R):
 
 def _kazemnejad(R):
     if "tasks" not in R.by_part:
-        return [("Kazemnejad et al. 2023", "length generalization on synthetic tasks", UNTESTED,
+        return [_row("Kazemnejad et al. 2023", "length generalization on synthetic tasks", UNTESTED,
                  "the tasks part was not run")]
     option = "varying" if "varying" in R.options else "fixed"
     factor = next((f for f in R.cfg["eval_factors"] if f > 1), None)
     if factor is None:
-        return [("Kazemnejad et al. 2023", "length generalization", UNTESTED, "no evaluation past L")]
+        return [_row("Kazemnejad et al. 2023", "length generalization", UNTESTED, "no evaluation past L")]
     rankings = {}
     for task in R.tasks:
         items = {lab: R.iv("tasks", "token_accuracy", training=option, label=lab, task=task, eval_factor=factor)
@@ -186,7 +190,7 @@ def _kazemnejad(R):
              "rope and sinusoidal in the last tier (learned cannot run past L at all)"),
             ("ALiBi is not well suited to length generalization", not_first, "alibi outside the best tier")):
         verdict, evidence = check(pred, what)
-        rows.append((src, claim, verdict, evidence))
+        rows.append(_row(src, claim, verdict, evidence))
     return rows
 
 
@@ -194,7 +198,7 @@ def _kazemnejad(R):
 
 def _scaling(R):
     if "rope_scaling" not in R.by_part:
-        return [("RoPE scaling papers", "zero-shot and fine-tuned extension", UNTESTED,
+        return [_row("RoPE scaling papers", "zero-shot and fine-tuned extension", UNTESTED,
                  "the rope_scaling part was not run")]
     factors, F = R.cfg["lm_eval_factors"], R.cfg["scaling_factor"]
     base, top = factors[0], factors[-1]
@@ -212,35 +216,35 @@ def _scaling(R):
     rows = []
     iv = R.ratio("rope_scaling", "ppl", "eval_factor", base, beyond[0], method="none", phase="zero_shot",
                  eval_mode="sliding") if "none" in methods and beyond else None
-    rows.append(("Chen et al. 2023", "unscaled RoPE fails past L zero-shot (perplexity rises)",
+    rows.append(_row("Chen et al. 2023", "unscaled RoPE fails past L zero-shot (perplexity rises)",
                  _combine([] if iv is None else [_dir_outcome(iv, "up")]),
                  f"none, ppl {beyond[0] if beyond else '?'}L / {base}L = {fmt(iv)}"))
-    rows.append(("Chen et al. 2023", f"position interpolation beats unscaled RoPE zero-shot past L (up to {F}L)",
+    rows.append(_row("Chen et al. 2023", f"position interpolation beats unscaled RoPE zero-shot past L (up to {F}L)",
                  less([(ppl("linear", "zero_shot", f), ppl("none", "zero_shot", f)) for f in beyond if f <= F]),
                  "; ".join(f"{f}L: linear {fmt(ppl('linear', 'zero_shot', f))} vs none "
                            f"{fmt(ppl('none', 'zero_shot', f))}" for f in beyond if f <= F)))
     iv = R.ratio("rope_scaling", "ppl", "eval_factor", base, F, method="linear", phase="finetuned",
                  eval_mode="sliding") if "linear" in methods and F in factors else None
-    rows.append(("Chen et al. 2023", f"after fine-tuning at {F}L, position interpolation uses the longer window "
+    rows.append(_row("Chen et al. 2023", f"after fine-tuning at {F}L, position interpolation uses the longer window "
                  f"(perplexity at {F}L below that at L)", _combine([] if iv is None else [_dir_outcome(iv, "down")]),
                  f"linear fine-tuned, ppl {F}L / {base}L = {fmt(iv)}"))
-    rows.append(("Chen et al. 2023", f"fine-tuning with interpolation beats fine-tuning without it, at {F}L",
+    rows.append(_row("Chen et al. 2023", f"fine-tuning with interpolation beats fine-tuning without it, at {F}L",
                  less([(ppl("linear", "finetuned", F), ppl("none", "finetuned", F))]),
                  f"linear {fmt(ppl('linear', 'finetuned', F))} vs none {fmt(ppl('none', 'finetuned', F))}"))
-    rows.append(("bloc97 2023 (NTK-aware)", "zero-shot NTK-aware scaling beats position interpolation past L",
+    rows.append(_row("bloc97 2023 (NTK-aware)", "zero-shot NTK-aware scaling beats position interpolation past L",
                  less([(ppl("ntk", "zero_shot", f), ppl("linear", "zero_shot", f)) for f in beyond]),
                  "; ".join(f"{f}L: ntk {fmt(ppl('ntk', 'zero_shot', f))} vs linear "
                            f"{fmt(ppl('linear', 'zero_shot', f))}" for f in beyond)))
-    rows.append(("emozilla 2023 (dynamic NTK)", "zero-shot dynamic NTK beats unscaled RoPE at every length past L",
+    rows.append(_row("emozilla 2023 (dynamic NTK)", "zero-shot dynamic NTK beats unscaled RoPE at every length past L",
                  less([(ppl("dynamic", "zero_shot", f), ppl("none", "zero_shot", f)) for f in beyond]),
                  "; ".join(f"{f}L: dynamic {fmt(ppl('dynamic', 'zero_shot', f))} vs none "
                            f"{fmt(ppl('none', 'zero_shot', f))}" for f in beyond)))
-    rows.append(("Peng et al. 2023 (YaRN)", f"fine-tuned YaRN beats fine-tuned PI and NTK at {F}L",
+    rows.append(_row("Peng et al. 2023 (YaRN)", f"fine-tuned YaRN beats fine-tuned PI and NTK at {F}L",
                  less([(ppl("yarn", "finetuned", F), ppl(m, "finetuned", F)) for m in ("linear", "ntk")]),
                  f"yarn {fmt(ppl('yarn', 'finetuned', F))}, linear {fmt(ppl('linear', 'finetuned', F))}, "
                  f"ntk {fmt(ppl('ntk', 'finetuned', F))}"))
     if top > F:
-        rows.append(("Peng et al. 2023 (YaRN)", f"fine-tuned YaRN degrades less than PI past its fine-tuned length "
+        rows.append(_row("Peng et al. 2023 (YaRN)", f"fine-tuned YaRN degrades less than PI past its fine-tuned length "
                      f"({top}L)", less([(ppl("yarn", "finetuned", top), ppl("linear", "finetuned", top))]),
                      f"yarn {fmt(ppl('yarn', 'finetuned', top))} vs linear {fmt(ppl('linear', 'finetuned', top))}"))
     return rows
@@ -252,8 +256,8 @@ def claim_rows(R) -> list[tuple]:
 
 
 def section_claims(R) -> str:
-    lines = ["Verdicts are computed from the intervals (see the top of this page); *evidence* shows the numbers "
-             "compared, mean [95 % interval].", "",
+    lines = [("Verdicts are computed from the intervals (see the top of this page); *evidence* shows the numbers "
+              "compared, mean [95 % interval]."), "",
              "| source | claim | verdict | evidence |", "|---|---|---|---|"]
     for source, claim, verdict, evidence in claim_rows(R):
         lines.append(f"| {source} | {claim} | **{verdict}** | {evidence} |")

@@ -82,6 +82,12 @@ def _ranking(items: dict, higher_is_better: bool) -> str:
     return text + (f" (n/a: {', '.join(missing)})" if missing else "")
 
 
+def _ranking_lines(R: Results, part: str, metric: str, key: str, names, cases, higher_is_better: bool) -> list[str]:
+    """``* <title>: <ranking>`` for every ``(title, where)`` in ``cases``, ranking ``names`` of ``key``."""
+    return [f"* {title}: " + _ranking({n: R.iv(part, metric, **where, **{key: n}) for n in names}, higher_is_better)
+            for title, where in cases]
+
+
 def _pct(iv: Interval | None) -> str:
     return fmt(iv, 2)
 
@@ -90,10 +96,10 @@ def _pct(iv: Interval | None) -> str:
 
 def section_config(R: Results) -> str:
     c, m = R.cfg, R.meta
-    lines = [f"Run of {m.get('date', 'unknown date')} with posenc_np {m['version']}, Python {m['python']}, "
+    lines = [(f"Run of {m.get('date', 'unknown date')} with posenc_np {m['version']}, Python {m['python']}, "
              f"NumPy {m['numpy']}, on {m['cpu_count']} CPU(s) ({m['machine']}), executor: {m.get('executor', '?')}. "
              f"Seeds per cell: {c['seeds']} (base seed {c['seed']}); every number is the mean over seeds with its "
-             f"95 % Student-t interval `mean [lo, hi]`.", ""]
+             f"95 % Student-t interval `mean [lo, hi]`."), ""]
     parts = c["parts"]
     if "tasks" in parts:
         lines.append(f"* **tasks**: {', '.join(c['tasks'])} at size L = {c['train_len']} ({2 * c['train_len'] + 1} "
@@ -135,10 +141,10 @@ def section_tasks(R: Results) -> str:
         return "The tasks part was not run."
     factors = R.cfg["eval_factors"]
     chance = 1 / R.cfg["alphabet"]
-    out = [f"Token accuracy (teacher forced) over scored positions; chance is {chance:.2f}. Columns per training "
+    out = [(f"Token accuracy (teacher forced) over scored positions; chance is {chance:.2f}. Columns per training "
            "option; — where the option has no such cell (only the first fusion mode runs under options other than "
            "`fixed`). Full tables with exact match, accuracy past the training length and training loss: "
-           "[results.md](study_results/results.md).", ""]
+           "[results.md](study_results/results.md)."), ""]
     for task in R.tasks:
         header = ["encoding"] + [f"{o} {f}L" for o in R.options for f in factors]
         rows = []
@@ -153,17 +159,36 @@ def section_tasks(R: Results) -> str:
                                              eval_factor=f)))
             rows.append(row)
         out += [f"**{task}**", ""] + _table(header, rows) + [""]
-    out += ["**Rankings** (token accuracy, best first; `a > b`: every interval on the left lies above every interval "
-            "on the right; braces: not separated):", ""]
+    out += [("**Rankings** (token accuracy, best first; `a > b`: every interval on the left lies above every interval "
+            "on the right; braces: not separated):"), ""]
     for o in R.options:
         for task in R.tasks:
-            for f in factors:
-                if f == 1:
-                    continue
-                items = {lab: R.iv("tasks", "token_accuracy", training=o, label=lab, task=task, eval_factor=f)
-                         for lab in R.labels("tasks", task=task, training=o)}
-                out.append(f"* {task}, {f}L, {o}: {_ranking(items, True)}")
+            out += _ranking_lines(R, "tasks", "token_accuracy", "label", R.labels("tasks", task=task, training=o),
+                                  [(f"{task}, {f}L, {o}", {"training": o, "task": task, "eval_factor": f})
+                                   for f in factors if f > 1], True)
     return "\n".join(out)
+
+
+def section_task_details(R: Results) -> str:
+    """Exact match, accuracy past the training length and final training loss (``results.md`` only)."""
+    if "tasks" not in R.by_part:
+        return "The tasks part was not run."
+    factors = R.cfg["eval_factors"]
+    longer = [f for f in factors if f > 1]
+    out = [("Exact match (every scored token of a sequence right), token accuracy on positions past the training "
+           "length only (*beyond*), and the training loss (mean of the last 50 steps)."), ""]
+    for o in R.options:
+        for task in R.tasks:
+            rows = []
+            for label in R.labels("tasks", task=task, training=o):
+                where = {"training": o, "label": label, "task": task}
+                rows.append([label] + [_pct(R.iv("tasks", "exact_match", **where, eval_factor=f)) for f in factors]
+                            + [_pct(R.iv("tasks", "token_accuracy_beyond", **where, eval_factor=f)) for f in longer]
+                            + [fmt(R.iv("tasks", "final_train_loss", **where, eval_factor=factors[0]), 3)])
+            header = (["encoding"] + [f"exact {f}L" for f in factors] + [f"beyond {f}L" for f in longer]
+                      + ["train loss"])
+            out += [f"**{task}, {o}**", ""] + _table(header, rows) + [""]
+    return "\n".join(out).rstrip()
 
 
 def section_option(R: Results, option: str) -> str:
@@ -174,8 +199,8 @@ def section_option(R: Results, option: str) -> str:
     if "fixed" not in R.options:
         return f"The `{option}` cells have no `fixed` cells to compare with in this run."
     factors = R.cfg["eval_factors"]
-    out = [f"Token accuracy under `{option}` minus under `fixed` (paired by seed), mean [95 % interval]; "
-           "**bold**: the interval excludes 0.", ""]
+    out = [(f"Token accuracy under `{option}` minus under `fixed` (paired by seed), mean [95 % interval]; "
+           "**bold**: the interval excludes 0."), ""]
     for task in R.tasks:
         rows = []
         for label in R.labels("tasks", task=task, training=option):
@@ -196,8 +221,8 @@ def section_fusion(R: Results) -> str:
     absolute = sorted({r["encoding"] for r in R.by_part.get("tasks", []) if r["fusion"] and r["training"] == "fixed"})
     if not absolute:
         return "No absolute encodings with fusion modes in this run."
-    out = ["Fusion modes of each absolute encoding under `fixed` training, token accuracy ranked best first "
-           "(`a > b` only where the intervals separate):", ""]
+    out = [("Fusion modes of each absolute encoding under `fixed` training, token accuracy ranked best first "
+           "(`a > b` only where the intervals separate):"), ""]
     for enc in absolute:
         for task in R.tasks:
             parts = []
@@ -228,8 +253,8 @@ def section_lm(R: Results) -> str:
         rows = [[lab] + [_pct(R.iv("lm", "ppl", label=lab, eval_mode=mode, eval_factor=f)) for f in factors]
                 for lab in R.labels("lm")]
         out += [f"**{mode}**", ""] + _table(["encoding"] + [f"{f}L" for f in factors], rows) + [""]
-    out += ["**Shape**: perplexity at kL divided by perplexity at L, per seed (paired), mean [95 % interval], and "
-            "whether the interval lies above 1 (rises) or below 1 (falls).", ""]
+    out += [("**Shape**: perplexity at kL divided by perplexity at L, per seed (paired), mean [95 % interval], and "
+            "whether the interval lies above 1 (rises) or below 1 (falls)."), ""]
     for mode in MODES:
         rows = []
         for lab in R.labels("lm"):
@@ -240,10 +265,9 @@ def section_lm(R: Results) -> str:
             rows.append(row)
         out += [f"*{mode}*", ""] + _table(["encoding"] + [f"{f}L / {factors[0]}L" for f in factors[1:]], rows) + [""]
     out += ["**Rankings** (perplexity, best first; `a > b`: intervals separate):", ""]
-    for mode in MODES:
-        for f in factors:
-            items = {lab: R.iv("lm", "ppl", label=lab, eval_mode=mode, eval_factor=f) for lab in R.labels("lm")}
-            out.append(f"* {mode}, {f}L: {_ranking(items, False)}")
+    out += _ranking_lines(R, "lm", "ppl", "label", R.labels("lm"),
+                          [(f"{mode}, {f}L", {"eval_mode": mode, "eval_factor": f}) for mode in MODES for f in factors],
+                          False)
     return "\n".join(out)
 
 
@@ -254,8 +278,8 @@ def section_scaling(R: Results) -> str:
     methods = list(dict.fromkeys(r["method"] for r in R.by_part["rope_scaling"]))
     F = R.cfg["scaling_factor"]
     out = [f"![RoPE scaling: perplexity versus evaluation length](study_results/{FIGURES['rope_scaling']})", "",
-           f"Perplexity per byte of the RoPE LM under each scaling method (factor {F}), zero-shot and after "
-           f"{R.cfg['finetune_steps']} fine-tuning steps at {F}L.", ""]
+           (f"Perplexity per byte of the RoPE LM under each scaling method (factor {F}), zero-shot and after "
+           f"{R.cfg['finetune_steps']} fine-tuning steps at {F}L."), ""]
     for phase in ("zero_shot", "finetuned"):
         for mode in MODES:
             rows = [[m] + [_pct(R.iv("rope_scaling", "ppl", method=m, phase=phase, eval_mode=mode, eval_factor=f))
@@ -263,12 +287,10 @@ def section_scaling(R: Results) -> str:
             out += [f"**{phase.replace('_', '-')}, {mode}**", ""] + _table(["method"] + [f"{f}L" for f in factors],
                                                                           rows) + [""]
     out += ["**Orderings** (perplexity, best first; `a > b`: intervals separate):", ""]
-    for phase in ("zero_shot", "finetuned"):
-        for mode in MODES:
-            for f in factors:
-                items = {m: R.iv("rope_scaling", "ppl", method=m, phase=phase, eval_mode=mode, eval_factor=f)
-                         for m in methods}
-                out.append(f"* {phase.replace('_', '-')}, {mode}, {f}L: {_ranking(items, False)}")
+    out += _ranking_lines(R, "rope_scaling", "ppl", "method", methods,
+                          [(f"{phase.replace('_', '-')}, {mode}, {f}L", {"phase": phase, "eval_mode": mode,
+                                                                         "eval_factor": f})
+                           for phase in ("zero_shot", "finetuned") for mode in MODES for f in factors], False)
     return "\n".join(out)
 
 
@@ -292,12 +314,13 @@ def sections(doc: dict) -> dict[str, str]:
 _TITLES = {"config": "Configuration", "claims": "Claims of the papers, checked", "tasks": "Synthetic tasks",
            "varying": "Varying-length training against fixed-length training", "fusion": "Fusion modes",
            "lm": "Language-model perplexity versus length", "rope-scaling": "RoPE scaling",
-           "randomized": "Randomized positions"}
+           "randomized": "Randomized positions", "details": "Synthetic tasks: exact match, beyond L, training loss"}
 
 
 def markdown(doc: dict) -> str:
-    """``results.md``: every generated block under a heading."""
+    """``results.md``: every generated block under a heading, and the detail tables."""
     blocks = sections(doc)
+    blocks["details"] = section_task_details(Results(doc))
     text = ["# Study results", "", "Generated by `posenc-np study report` from `results.json`.", ""]
     for name, body in blocks.items():
         text += [f"## {_TITLES[name]}", "", body.replace("study_results/", ""), ""]
@@ -317,7 +340,7 @@ def write_report(doc: dict, out_dir) -> list[str]:
     return ["results.md", *write_figures(doc, out_dir)]
 
 
-_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GENERATED: \2 -->)", re.S)
+_BLOCK = re.compile(r"(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)(<!-- END GENERATED: \2 -->)", re.DOTALL)
 
 
 def fill_blocks(text: str, blocks: dict[str, str]) -> str:

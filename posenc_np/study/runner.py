@@ -85,7 +85,7 @@ class _Progress:
 def _hms(seconds: float) -> str:
     if not np.isfinite(seconds):
         return "?"
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     return f"{seconds // 3600}h{seconds // 60 % 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
@@ -161,7 +161,7 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     workers = sorted({f"{w['host']} (Python {w['python']}, NumPy {w['numpy']})"
                       for r in done if isinstance(w := r.get("worker"), dict)})
     summary = {"meta": {"tool": STUDY_TOOL, "schema": SCHEMA, "version": __version__, "config": cfg_dict,
-                        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
                         "cells": len(cells), "elapsed_seconds": elapsed,
                         "cell_seconds": sum(r["seconds"] for r in done), "executor": executor.name,
                         "workers": workers, "python": platform.python_version(), "numpy": np.__version__,

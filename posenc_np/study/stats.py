@@ -47,7 +47,9 @@ def t_interval(values) -> Interval | None:
     mean = float(x.mean())
     if x.size < 2:
         return Interval(mean, None, None, 1)
-    from scipy.special import stdtrit  # the t quantile (lighter to import than scipy.stats)
+    from scipy.special import (
+        stdtrit,  # the t quantile (lighter to import than scipy.stats)
+    )
 
     half = float(stdtrit(x.size - 1, 0.5 + LEVEL / 2) * x.std(ddof=1) / math.sqrt(x.size))
     return Interval(mean, mean - half, mean + half, int(x.size))
