@@ -102,7 +102,7 @@ class StudyConfig:
     lm_batch_size: int = 16
     lm_lr: float = 3e-3
     lm_warmup: int = 50
-    lm_eval_tokens: int = 8192
+    lm_eval_tokens: int = 4096
     lm_stride: int = 32
     # rope_scaling
     scaling_methods: tuple = SCALING_METHODS

@@ -50,20 +50,25 @@ class ProcessPool:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(fn, item): item for item in items}
-            try:
-                for fut in as_completed(futures):
-                    try:
-                        result = fut.result()
-                    except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker died
-                        on_failure(futures[fut], f"{type(exc).__name__}: {exc} (the worker process failed)")
-                    else:
-                        on_result(result)
-            except BaseException:
-                for fut in futures:
-                    fut.cancel()
-                raise
+        pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=mp.get_context("spawn"))
+        futures = {pool.submit(fn, item): item for item in items}
+        try:
+            for fut in as_completed(futures):
+                try:
+                    result = fut.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool: the worker died
+                    on_failure(futures[fut], f"{type(exc).__name__}: {exc} (the worker process failed)")
+                else:
+                    on_result(result)
+        except BaseException:
+            # Ctrl-C (or an error in on_result): stop now. Finished cells are already stored;
+            # waiting for the running ones would only delay the exit, so their workers are ended.
+            workers = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for proc in workers:
+                proc.terminate()
+            raise
+        pool.shutdown(wait=True)
 
 
 class Dask:
