@@ -91,14 +91,14 @@ def _press(R):
         iv = ratio(enc, factors[1])
         rows.append(_row("Press et al. 2022, Fig. 1", f"{name} perplexity rises past L (non-overlapping)",
                      _combine([] if iv is None else [_dir_outcome(iv, "up")]),
-                     f"ppl {factors[1]}L / {base}L = {fmt(iv)}"))
+                     f"ppl {factors[1]}L / {base}L = {fmt(iv, 3)}"))
     t5, rope, sin = ratio("t5", top), ratio("rope", top), ratio("sinusoidal", top)
     outcomes = [o for o in (_less(t5, rope), _less(t5, sin)) if o != "missing"] if t5 else []
     rows.append(_row("Press et al. 2022, Fig. 1", "T5 bias degrades less than rotary and sinusoidal",
-                 _combine(outcomes), f"ppl {top}L / {base}L: t5 {fmt(t5)}, rope {fmt(rope)}, sinusoidal {fmt(sin)}"))
+                 _combine(outcomes), f"ppl {top}L / {base}L: t5 {fmt(t5, 3)}, rope {fmt(rope, 3)}, sinusoidal {fmt(sin, 3)}"))
     ivs = {f: ratio("alibi", f) for f in factors[1:]}
     rows.append(_row("Press et al. 2022, Fig. 1", "ALiBi perplexity does not rise past L, up to the longest length",
-                 _never(ivs.values(), "up"), "; ".join(f"{f}L / {base}L = {fmt(iv)}" for f, iv in ivs.items())))
+                 _never(ivs.values(), "up"), "; ".join(f"{f}L / {base}L = {fmt(iv, 3)}" for f, iv in ivs.items())))
     items = {lab: R.iv("lm", "ppl", label=lab, eval_mode="nonoverlapping", eval_factor=top) for lab in R.labels("lm")}
     items = {k: v for k, v in items.items() if v is not None}
     alibi = _lm_label(R, "alibi")
@@ -116,7 +116,7 @@ def _press(R):
     ivs = {f: ratio("alibi", f, "sliding", 2) for f in later} if 2 in factors else {}
     rows.append(_row("Press et al. 2022, App. B", "with sliding windows ALiBi gains nothing from context longer than L "
                      "(its non-overlapping gain is the early-token curse)", _never(ivs.values(), "down"),
-                     "sliding: " + "; ".join(f"{f}L / 2L = {fmt(iv)}" for f, iv in ivs.items())))
+                     "sliding: " + "; ".join(f"{f}L / 2L = {fmt(iv, 3)}" for f, iv in ivs.items())))
     return rows
 
 
@@ -221,7 +221,7 @@ def _scaling(R):
                  eval_mode="sliding") if "none" in methods and beyond else None
     rows.append(_row("Chen et al. 2023", "unscaled RoPE fails past L zero-shot (perplexity rises)",
                  _combine([] if iv is None else [_dir_outcome(iv, "up")]),
-                 f"none, ppl {beyond[0] if beyond else '?'}L / {base}L = {fmt(iv)}"))
+                 f"none, ppl {beyond[0] if beyond else '?'}L / {base}L = {fmt(iv, 3)}"))
     rows.append(_row("Chen et al. 2023", f"position interpolation beats unscaled RoPE zero-shot past L (up to {F}L)",
                  less([(ppl("linear", "zero_shot", f), ppl("none", "zero_shot", f)) for f in beyond if f <= F]),
                  "; ".join(f"{f}L: linear {fmt(ppl('linear', 'zero_shot', f))} vs none "
@@ -232,7 +232,7 @@ def _scaling(R):
     rows.append(_row("Chen et al. 2023", f"after fine-tuning at {F}L, position interpolation uses the longer window "
                      f"(sliding perplexity at {F}L below that at {short}L)",
                      _combine([] if iv is None else [_dir_outcome(iv, "down")]),
-                     f"linear fine-tuned, ppl {F}L / {short}L = {fmt(iv)}"))
+                     f"linear fine-tuned, ppl {F}L / {short}L = {fmt(iv, 3)}"))
     rows.append(_row("Chen et al. 2023", f"fine-tuning with interpolation beats fine-tuning without it, at {F}L",
                  less([(ppl("linear", "finetuned", F), ppl("none", "finetuned", F))]),
                  f"linear {fmt(ppl('linear', 'finetuned', F))} vs none {fmt(ppl('none', 'finetuned', F))}"))

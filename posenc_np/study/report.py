@@ -261,7 +261,7 @@ def section_lm(R: Results) -> str:
             row = [lab]
             for f in factors[1:]:
                 iv = R.ratio("lm", "ppl", "eval_factor", factors[0], f, label=lab, eval_mode=mode)
-                row.append("n/a" if iv is None else f"{fmt(iv, 2)} {_shape_word(iv)}")
+                row.append("n/a" if iv is None else f"{fmt(iv, 3)} {_shape_word(iv)}")
             rows.append(row)
         out += [f"*{mode}*", ""] + _table(["encoding"] + [f"{f}L / {factors[0]}L" for f in factors[1:]], rows) + [""]
     out += ["**Rankings** (perplexity, best first; `a > b`: intervals separate):", ""]
