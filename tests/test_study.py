@@ -145,7 +145,7 @@ def test_config_refuses_bad_grids():
         StudyConfig(training=("random",)).validate()
     with pytest.raises(ValueError, match=r"parts has unknown entries \['xyz'\]"):
         StudyConfig(parts=("xyz",)).validate()
-    with pytest.raises(ValueError, match="lm_eval_tokens .* must be a multiple"):
+    with pytest.raises(ValueError, match="every LM evaluation length must be even .* 64 does not"):
         StudyConfig(lm_eval_tokens=1000).validate()
     with pytest.raises(ValueError, match="seeds must be an integer >= 1"):
         StudyConfig(seeds=0).validate()

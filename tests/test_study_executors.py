@@ -19,7 +19,7 @@ TINY = {"parts": ("tasks", "lm"), "training": ("fixed", "varying"), "seeds": 1, 
         "fusions": ("add",), "tasks": ["lag"], "train_len": 3, "alphabet": 4, "d_model": 8, "n_heads": 2,
         "n_layers": 1, "d_ff": 8, "steps": 3, "batch_size": 4, "eval_sequences": 4, "eval_factors": (1, 2),
         "lm_train_len": 8, "lm_eval_factors": (1, 2), "lm_steps": 2, "lm_batch_size": 2, "lm_eval_tokens": 32,
-        "lm_stride": 4, "jobs": 1}
+        "jobs": 1}
 TIMING = {"train_seconds", "finetune_seconds"}
 
 

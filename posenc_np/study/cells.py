@@ -156,7 +156,7 @@ def _perplexities(model, cfg: StudyConfig, held_out, encoding: str, factors) -> 
             if why:
                 rec.update(status="n/a", loss=None, ppl=None, note=why)
             else:
-                tokens, targets = eval_windows(held_out, cfg.lm_eval_tokens, T, mode, cfg.lm_stride)
+                tokens, targets = eval_windows(held_out, cfg.lm_eval_tokens, T, mode, T // 2)
                 m = evaluate(model, tokens, targets, batch_size=max(1, _EVAL_TOKENS_PER_BATCH // T))
                 if m["n_scored"] != cfg.lm_eval_tokens:  # every prediction scored exactly once
                     raise AssertionError(f"{mode} at {T} scored {m['n_scored']} of {cfg.lm_eval_tokens} tokens")

@@ -103,7 +103,6 @@ class StudyConfig:
     lm_lr: float = 3e-3
     lm_warmup: int = 50
     lm_eval_tokens: int = 4096
-    lm_stride: int = 32
     # rope_scaling
     scaling_methods: tuple = SCALING_METHODS
     scaling_factor: int = 4
@@ -132,7 +131,7 @@ class StudyConfig:
             for f in values:
                 check_int(f, f"{name} entry", minimum=1)
         for name in ("seeds", "train_len", "d_model", "n_heads", "n_layers", "d_ff", "batch_size", "eval_sequences",
-                     "jobs", "lm_train_len", "lm_batch_size", "lm_eval_tokens", "lm_stride", "finetune_batch_size"):
+                     "jobs", "lm_train_len", "lm_batch_size", "lm_eval_tokens", "finetune_batch_size"):
             check_int(getattr(self, name), name, minimum=1)
         check_int(self.alphabet, "alphabet", minimum=2)
         check_int(self.scaling_factor, "scaling_factor", minimum=2)
@@ -144,16 +143,10 @@ class StudyConfig:
             if not isinstance(getattr(self, name), dict):
                 raise TypeError(f"{name} must be a dict keyed by encoding, got {type(getattr(self, name)).__name__}")
         if "lm" in self.parts or "rope_scaling" in self.parts:
-            lengths = [self.lm_train_len * f for f in self.lm_eval_factors]
-            if "rope_scaling" in self.parts:
-                lengths.append(self.lm_train_len * self.scaling_factor)
-            for T in lengths:
-                if self.lm_eval_tokens % T:
-                    raise ValueError(f"lm_eval_tokens ({self.lm_eval_tokens}) must be a multiple of every LM evaluation "
-                                     f"length, and {T} does not divide it")
-                if self.lm_stride > T or (self.lm_eval_tokens - T) % self.lm_stride:
-                    raise ValueError(f"lm_stride ({self.lm_stride}) must be <= every evaluation length and divide "
-                                     f"lm_eval_tokens - length (length {T})")
+            for T in (self.lm_train_len * f for f in self.lm_eval_factors):
+                if self.lm_eval_tokens % T or T % 2:
+                    raise ValueError(f"every LM evaluation length must be even (sliding windows advance by half a "
+                                     f"window) and divide lm_eval_tokens ({self.lm_eval_tokens}); {T} does not")
         if "rope_scaling" in self.parts and "rope" not in REGISTRY:
             raise ValueError("the rope_scaling part needs the 'rope' encoding in the model registry")
         return self
@@ -164,7 +157,7 @@ def quick_config(seed: int = 0) -> StudyConfig:
     and training option with two seeds, on two tasks, a tiny model and a few steps."""
     return StudyConfig(seeds=2, seed=seed, tasks=["copy", "lag"], train_len=4, alphabet=8, d_model=16, n_heads=2,
                        n_layers=1, d_ff=32, steps=10, batch_size=8, warmup=2, eval_sequences=8, lm_train_len=16,
-                       lm_steps=10, lm_batch_size=4, lm_warmup=2, lm_eval_tokens=256, lm_stride=16, finetune_steps=4,
+                       lm_steps=10, lm_batch_size=4, lm_warmup=2, lm_eval_tokens=256, finetune_steps=4,
                        finetune_batch_size=2, jobs=1)
 
 

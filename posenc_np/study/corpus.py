@@ -22,7 +22,7 @@ non-overlapping
 sliding
     windows of :math:`T` tokens starting every :math:`S` tokens; the first window scores all
     of its tokens, every later one only its last :math:`S`, so each of those has at least
-    :math:`T - S` tokens of context.
+    :math:`T - S` tokens of context. The study uses :math:`S = T/2`.
 
 Perplexity :math:`= \exp(\frac1N \sum_i -\log p(x_{i+1} \mid \text{window}))` per byte.
 """

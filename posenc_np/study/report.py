@@ -112,7 +112,7 @@ def section_config(R: Results) -> str:
         lines.append(f"* **lm**: byte-level LM trained at L = {L} bytes, {c['lm_steps']} steps of {c['lm_batch_size']} "
                      f"windows, lr {c['lm_lr']:g}; perplexity per byte on the first {c['lm_eval_tokens']} held-out "
                      f"predictions at " + ", ".join(f"{f}L" for f in c["lm_eval_factors"])
-                     + f", non-overlapping and sliding (stride {c['lm_stride']}).")
+                     + ", non-overlapping and sliding (windows advancing by half their length).")
     if "rope_scaling" in parts:
         lines.append(f"* **rope_scaling**: the lm part's RoPE models; methods {', '.join(c['scaling_methods'])} with "
                      f"factor {c['scaling_factor']}; zero-shot, and after {c['finetune_steps']} fine-tuning steps of "

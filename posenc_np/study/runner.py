@@ -32,8 +32,8 @@ def cell_cost(cfg: StudyConfig, cell: dict) -> float:
         return batch * T * (1 + T / 64) * passes
 
     def lm_eval():
-        N, s = cfg.lm_eval_tokens, cfg.lm_stride
-        return sum(tokens(N / (T := cfg.lm_train_len * f), T, 1 / 3) + tokens((N - T) / s + 1, T, 1 / 3)
+        N = cfg.lm_eval_tokens
+        return sum(tokens(N / (T := cfg.lm_train_len * f), T, 1 / 3) + tokens(2 * N / T - 1, T, 1 / 3)
                    for f in cfg.lm_eval_factors)
 
     if cell["part"] == "tasks":
