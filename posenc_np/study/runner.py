@@ -152,7 +152,8 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
 
     order = sorted(todo, key=lambda c: -costs[cell_id(c)])  # longest first: no long cell left alone at the end
     try:
-        executor.run(functools.partial(run_cell, cfg_dict), order, on_result, on_failure)
+        if order:  # nothing to run: no worker or cluster is started
+            executor.run(functools.partial(run_cell, cfg_dict), order, on_result, on_failure)
     finally:
         bar.close()
     elapsed = time.perf_counter() - t0
