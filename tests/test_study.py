@@ -291,6 +291,35 @@ def test_fill_blocks_replaces_only_marked_text():
         report.fill_blocks(text.replace("<!-- END GENERATED: b -->", ""), {"a": "", "b": ""})
 
 
+def test_publish_fills_the_page_and_copies_the_results(tmp_path):
+    from posenc_np.study import run_extrapolation
+
+    cfg = StudyConfig(parts=("tasks",), training=("fixed",), seeds=2, encodings=["none", "alibi"], fusions=("add",),
+                      tasks=["lag"], train_len=2, alphabet=4, d_model=8, n_heads=2, n_layers=1, d_ff=8, steps=2,
+                      batch_size=2, eval_sequences=4, eval_factors=(1, 2), jobs=1)
+    run_extrapolation(tmp_path / "out", cfg, progress=False)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    names = list(report.sections(json.loads((tmp_path / "out" / "results.json").read_text())))
+    page = "intro\n" + "".join(f"<!-- BEGIN GENERATED: {n} -->\n<!-- END GENERATED: {n} -->\ntext\n" for n in names)
+    (docs / "study.md").write_text(page.replace("GENERATED: claims -->\n<", "GENERATED: claims -->\nstale\n<"))
+    (docs / "study_results").mkdir()
+    (docs / "study_results" / "results.json").write_text("{}")  # not ours: refused, nothing written
+    with pytest.raises(ValueError, match="was not written by the study"):
+        report.publish(tmp_path / "out", docs)
+    assert "stale" in (docs / "study.md").read_text()
+    (docs / "study_results" / "results.json").unlink()
+    written = report.publish(tmp_path / "out", docs)
+    assert "study.md" in written and (docs / "study_results" / "results.json").exists()
+    text = (docs / "study.md").read_text()
+    assert "stale" not in text and "| source | claim | verdict | evidence |" in text and text.startswith("intro\n")
+    assert report.fill_blocks(text, report.sections(json.loads((docs / "study_results" / "results.json").read_text()))) \
+        == text  # publishing again changes nothing
+    (docs / "study.md").write_text("intro without markers\n")
+    with pytest.raises(ValueError, match="missing"):
+        report.publish(tmp_path / "out", docs)
+
+
 def test_committed_study_page_is_generated_from_the_committed_results():
     """docs/study.md's numbers are the generator's: its GENERATED blocks equal what the report
     makes of docs/study_results/results.json, and the hand-written text between them states no
