@@ -315,6 +315,22 @@ def _docs(results: dict, note: str | None) -> str:
     return "\n".join(lines)
 
 
+#: docs/benchmarks.md keeps everything from this line on when the run rewrites the page: the
+#: sections measured by hand (tools/api_overhead.py and the like), not by this script.
+KEPT_MARKER = "<!-- measured by hand, not by bench/run.py: kept when it rewrites the page -->"
+
+
+def _kept_sections(path) -> str:
+    """The hand-measured tail of the current page (from :data:`KEPT_MARKER`), or ``""``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    at = text.find(KEPT_MARKER)
+    return "" if at < 0 else "\n" + text[at:]
+
+
 def _fmt_load(load) -> str:
     return "n/a" if not load else " / ".join(f"{v:.2f}" for v in load) + " (1/5/15 min)"
 
@@ -392,7 +408,7 @@ def main(argv=None) -> int:
     if not args.no_docs:
         target = os.path.join(ROOT, "docs", "benchmarks.md")
         with open(target + ".tmp", "w") as f:
-            f.write(_docs(results, args.note) + "\n")
+            f.write(_docs(results, args.note) + "\n" + _kept_sections(target))
         os.replace(target + ".tmp", target)
     for key, section in results["sections"].items():
         print(f"\n== {key}\n{section.get('markdown', '')}")

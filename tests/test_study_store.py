@@ -88,6 +88,24 @@ def test_foreign_or_different_outputs_are_not_clobbered(tmp_path):
     run_extrapolation(out, StudyConfig(**{**TINY, "jobs": 2}), progress=False)  # jobs only schedules: same study
 
 
+def test_a_grown_grid_reuses_the_stored_cells(tmp_path, monkeypatch):
+    """Adding an encoding (or a seed) to a finished study runs only the new cells; the results
+    equal a fresh run of the grown grid. Changing an encoding's options reruns its cells only."""
+    small = StudyConfig(**{**TINY, "encodings": TINY["encodings"][:1]})
+    run_extrapolation(tmp_path / "s", small, progress=False)
+    grown = StudyConfig(**{**TINY, "encodings": TINY["encodings"][:2], "seeds": TINY["seeds"] + 1})
+    real, ran = study_cells._run_one, []
+    monkeypatch.setattr(study_cells, "_run_one", lambda cfg, cell: ran.append(cell) or real(cfg, cell))
+    again = run_extrapolation(tmp_path / "s", grown, progress=False)
+    new = [c for c in grid(grown) if c not in grid(small)]
+    assert new and sorted(map(cell_id, ran)) == sorted(map(cell_id, new))
+    monkeypatch.setattr(study_cells, "_run_one", real)
+    fresh = run_extrapolation(tmp_path / "fresh", grown, progress=False)
+    untimed = [[{k: v for k, v in r.items() if not k.endswith("seconds")} for r in doc["records"]]
+               for doc in (again, fresh)]
+    assert untimed[0] == untimed[1]
+
+
 def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatch):
     cfg = StudyConfig(**TINY)
     fresh = run_extrapolation(tmp_path / "fresh", cfg, progress=False)

@@ -184,7 +184,7 @@ def grid(cfg: StudyConfig, corpus: dict | None = None) -> list[dict]:
 
     def common(enc, fusion, i, seed):
         return {"encoding": enc, "fusion": fusion, "label": _label(enc, fusion), "seed_index": i, "seed": seed,
-                "embed_scale": cfg.embed_scale.get(enc, "none")}
+                "embed_scale": cfg.embed_scale.get(enc, "none"), "position_options": cfg.position_options.get(enc, {})}
 
     if "tasks" in cfg.parts:
         for option in cfg.training:

@@ -18,9 +18,17 @@ OUTPUTS = ("results.json", "results.md", "tasks.png", "lm.png", "rope_scaling.pn
 _MAX_JSON_BYTES = 256 << 20  # a results or cell file larger than this is not one of ours
 
 
+#: Config keys that do not change any cell's result: ``jobs`` only schedules; the others choose
+#: which cells exist or are recorded in each cell itself (its encoding, task, training option,
+#: fusion, seed index, embedding scale and position options). A study may grow along them
+#: (another encoding, task or seed) and keeps the cells it has.
+PER_CELL_KEYS = ("jobs", "parts", "encodings", "tasks", "training", "fusions", "seeds", "embed_scale",
+                 "position_options")
+
+
 def identity(cfg_dict: dict) -> dict:
-    """The part of a config that determines the results (``jobs`` only schedules them)."""
-    return {k: v for k, v in cfg_dict.items() if k != "jobs"}
+    """The part of a config that every cell's result depends on (all but :data:`PER_CELL_KEYS`)."""
+    return {k: v for k, v in cfg_dict.items() if k not in PER_CELL_KEYS}
 
 
 def read_json(path):
@@ -62,8 +70,10 @@ class ResultStore:
     Each file is written atomically (:func:`posenc_np._files.atomic_write`) as soon as its cell
     finishes, so a study killed at any moment keeps every finished cell, and a rerun with the
     same ``out`` and configuration skips them. ``<out>/study.json`` names the configuration the
-    store belongs to; a directory holding another study's configuration, or output files this
-    tool did not write, is refused instead of mixed or clobbered. Cells recorded with
+    store belongs to; a directory holding another study's configuration (one that differs outside
+    :data:`PER_CELL_KEYS`), or output files this tool did not write, is refused instead of mixed
+    or clobbered. A grid grown by an encoding, task, training option or seed reuses every stored
+    cell and runs only the new ones. Cells recorded with
     ``"status": "error"`` are run again on a rerun, and so are cells whose stored description
     differs (e.g. an LM cell of another corpus).
     """
@@ -94,6 +104,8 @@ class ResultStore:
                               if k != "jobs" and config.get(k) != self.cfg_dict.get(k))
                 raise ValueError(f"{self.out!r} holds a study with another configuration (differs in {keys}); "
                                  "use another --out or remove it")
+            if config != self.cfg_dict:  # the same study with more (or fewer) cells: record the new grid
+                write_json(self.manifest, {"tool": STUDY_TOOL, "config": self.cfg_dict})
         else:
             results = os.path.join(self.out, "results.json")
             if os.path.exists(results) and not written_by_us(read_json(results)):
