@@ -5,7 +5,6 @@ import importlib.util
 import json
 import math
 import re
-import time
 from pathlib import Path
 
 import numpy as np
@@ -338,9 +337,7 @@ def test_committed_study_page_is_generated_from_the_committed_results():
 
 @pytest.mark.slow  # the whole --quick study: about 20 s of CPU, every part, encoding, fusion and option
 def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
-    t0 = time.perf_counter()
     assert cli.main(["study", "extrapolation", "--out", str(tmp_path), "--quick", "--seed", "3"]) == 0
-    assert time.perf_counter() - t0 < 60
     err = capsys.readouterr().err
     assert "study:" in err and "ETA" in err and "done" in err  # progress with an ETA
     res = json.loads((tmp_path / "results.json").read_text())
@@ -372,6 +369,7 @@ def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
                 if r["part"] == "rope_scaling" and r["method"] == "none" and r["phase"] == "zero_shot"}
     assert unscaled == lm_rope
     md = (tmp_path / "results.md").read_text()
+    assert "A reduced run, not the study" in md and "steps 10 < 1500" in md  # a smoke run says so
     for heading in ("Claims of the papers", "Synthetic tasks", "Varying-length", "Language-model perplexity",
                     "RoPE scaling", "Randomized positions"):
         assert heading in md

@@ -301,12 +301,37 @@ def section_randomized(R: Results) -> str:
     return section_option(R, "randomized")
 
 
+#: Settings below which a run is a smoke test rather than the study (the default configuration's).
+_STUDY_SIZE = ("seeds", "steps", "lm_steps", "finetune_steps", "d_model", "n_layers", "eval_sequences", "lm_eval_tokens")
+
+
+def smaller_than_default(cfg: dict) -> list[str]:
+    """The settings of ``cfg`` below the default configuration's (``name value < default``)."""
+    from .config import StudyConfig
+
+    default = StudyConfig()
+    return [f"{k} {cfg[k]} < {getattr(default, k)}" for k in _STUDY_SIZE
+            if isinstance(cfg.get(k), (int, float)) and cfg[k] < getattr(default, k)]
+
+
+def _smoke_warning(R: Results) -> list[str]:
+    reduced = smaller_than_default(R.cfg)
+    if not reduced:
+        return []
+    return [f"> **A reduced run, not the study** ({', '.join(reduced)}): its models are far from trained, so "
+            "the numbers and verdicts on this page show that the machinery works and are no evidence for or "
+            "against any paper. Run the default configuration (`posenc-np study extrapolation --out DIR "
+            "--publish docs`) for results.", ""]
+
+
 def sections(doc: dict) -> dict[str, str]:
-    """Every generated block of the documentation, by marker name."""
+    """Every generated block of the documentation, by marker name; a run smaller than the default
+    configuration says so at the top of the configuration and claims blocks."""
     from .claims import section_claims
 
     R = Results(doc)
-    return {"config": section_config(R), "claims": section_claims(R), "tasks": section_tasks(R),
+    warn = "\n".join(_smoke_warning(R))
+    return {"config": warn + section_config(R), "claims": warn + section_claims(R), "tasks": section_tasks(R),
             "varying": section_option(R, "varying"), "fusion": section_fusion(R), "lm": section_lm(R),
             "rope-scaling": section_scaling(R), "randomized": section_randomized(R)}
 
