@@ -6,7 +6,9 @@ Subcommands::
                               [--hf-config config.json] [--jobs N]
     posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json]
     posenc-np golden list [--only NAME ...] [--hf-config config.json]
-    posenc-np study extrapolation --out DIR [--quick]
+    posenc-np study extrapolation --out DIR [--quick] [--seeds K] [--parts P,...] [--jobs N | --dask-workers N |
+                                  --scheduler ADDRESS] [--publish DOCS_DIR]
+    posenc-np study report DIR [--publish DOCS_DIR]
     posenc-np precision (--hf-config CONFIG_JSON | --head-dim N ...) --dtype D --max-position P --out DIR
 
 Errors in arguments, paths or the environment print one ``posenc-np: error: ...`` line on
@@ -112,6 +114,12 @@ def _study(args) -> int:
     return run_extrapolation_cli(args)
 
 
+def _study_report(args) -> int:
+    from .study import report_cli
+
+    return report_cli(args)
+
+
 def _precision(args) -> int:
     from .precision_report import run_cli
 
@@ -205,14 +213,31 @@ def build_parser() -> argparse.ArgumentParser:
     study = sub.add_parser("study", help="experiments with trained models",
                            description="Train small NumPy transformers and compare position encodings.")
     ssub = study.add_subparsers(dest="study_command", required=True)
-    ext = ssub.add_parser("extrapolation", help="length-extrapolation study",
-                          description="Train one model per encoding on synthetic tasks at length L and "
-                                      "evaluate at L, 2L and 4L.")
-    ext.add_argument("--out", required=True, help="output directory")
-    ext.add_argument("--quick", action="store_true", help="reduced grid (under a minute)")
+    ext = ssub.add_parser("extrapolation", help="run (or resume) the length-extrapolation study",
+                          description="Train small models per encoding at length L (synthetic tasks, a byte-level "
+                                      "LM, RoPE scaling), several seeds per cell, and measure them past L. Each cell "
+                                      "is stored as it finishes; rerunning with the same --out resumes.")
+    ext.add_argument("--out", required=True, help="output directory (results.json, results.md, figures, cells/)")
+    ext.add_argument("--quick", action="store_true", help="reduced study (under a minute; what the tests run)")
     ext.add_argument("--seed", type=int, default=0, help="base random seed")
+    ext.add_argument("--seeds", type=int, help="seeds per cell (default 3; 2 with --quick)")
+    ext.add_argument("--parts", help="comma-separated subset of tasks,lm,rope_scaling (default: all)")
+    where = ext.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=int, help="local worker processes (default 2; 1 runs in this process)")
+    where.add_argument("--dask-workers", type=int, metavar="N",
+                       help="run on a local Dask cluster of N single-threaded workers (extra 'dask')")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (workers: --nthreads 1)")
+    ext.add_argument("--publish", metavar="DOCS_DIR",
+                     help="afterwards copy the results into DOCS_DIR/study_results and fill DOCS_DIR/study.md")
     ext.add_argument("--no-progress", action="store_true", help="do not show progress")
     ext.set_defaults(func=_study)
+    rep = ssub.add_parser("report", help="regenerate a study's tables and figures from its results.json",
+                          description="Write results.md and the figures of a finished study from DIR/results.json.")
+    rep.add_argument("dir", metavar="DIR", help="the study's output directory")
+    rep.add_argument("--publish", metavar="DOCS_DIR",
+                     help="also copy the results into DOCS_DIR/study_results and fill DOCS_DIR/study.md")
+    rep.set_defaults(func=_study_report)
 
     _add_precision_parser(sub)
     return parser

@@ -24,10 +24,11 @@ from posenc_np.study import (
     grid,
     run_extrapolation,
 )
+from posenc_np.study import cells as study_cells
 
-TINY = {"encodings": ["none", "alibi"], "fusions": ("add",), "tasks": ["copy", "lag"], "train_len": 2, "alphabet": 4,
-        "d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 8, "steps": 2, "batch_size": 4, "eval_sequences": 4,
-        "eval_factors": (1, 2), "jobs": 1}
+TINY = {"parts": ("tasks",), "training": ("fixed",), "seeds": 1, "encodings": ["none", "alibi"], "fusions": ("add",),
+        "tasks": ["copy", "lag"], "train_len": 2, "alphabet": 4, "d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 8,
+        "steps": 2, "batch_size": 4, "eval_sequences": 4, "eval_factors": (1, 2), "jobs": 1}
 
 
 def _strip(records):
@@ -63,7 +64,7 @@ def test_config_is_checked_before_anything_runs(tmp_path):
 def test_unwritable_output_is_found_before_the_first_cell(tmp_path, monkeypatch):
     """results.json being a directory killed the study after all its runs."""
     ran = []
-    monkeypatch.setattr(study, "_run_one", lambda cfg, cell: ran.append(cell) or [])
+    monkeypatch.setattr(study_cells, "_run_one", lambda cfg, cell: ran.append(cell) or [])
     (tmp_path / "results.json").mkdir()
     with pytest.raises(ValueError, match="results.json' is a directory"):
         run_extrapolation(tmp_path, StudyConfig(**TINY), progress=False)
@@ -91,7 +92,7 @@ def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatc
     cfg = StudyConfig(**TINY)
     fresh = run_extrapolation(tmp_path / "fresh", cfg, progress=False)
     cells = grid(cfg)
-    real = study._run_one
+    real = study_cells._run_one
     calls = []
 
     def stop_at_third(cfg_dict, cell):
@@ -100,7 +101,7 @@ def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatc
             raise KeyboardInterrupt  # Ctrl-C in the middle of the grid
         return real(cfg_dict, cell)
 
-    monkeypatch.setattr(study, "_run_one", stop_at_third)
+    monkeypatch.setattr(study_cells, "_run_one", stop_at_third)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         run_extrapolation(out, cfg, progress=False)
@@ -108,20 +109,20 @@ def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatc
     assert stored == sorted(cell_id(c) for c in cells[:2])  # the two finished cells were kept
     assert not (out / "results.json").exists()
     calls.clear()
-    monkeypatch.setattr(study, "_run_one", lambda c, cell: calls.append(cell_id(cell)) or real(c, cell))
+    monkeypatch.setattr(study_cells, "_run_one", lambda c, cell: calls.append(cell_id(cell)) or real(c, cell))
     resumed = run_extrapolation(out, cfg, progress=False)
     assert calls == [cell_id(c) for c in cells[2:]]  # only the missing cells ran
     assert _strip(resumed["records"]) == _strip(fresh["records"]) and resumed["failed"] == []
     calls.clear()
     run_extrapolation(out, cfg, progress=False)
     assert calls == []  # everything was done
-    plot = ["results.png"] if importlib.util.find_spec("matplotlib") else []
+    plot = ["tasks.png"] if importlib.util.find_spec("matplotlib") else []
     assert sorted(os.listdir(out)) == sorted(["cells", "results.json", "results.md", "study.json", *plot])
 
 
 def test_a_failing_cell_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch, capsys):
     cfg = StudyConfig(**TINY)
-    real = study._run_one
+    real = study_cells._run_one
     bad = cell_id(grid(cfg)[1])
 
     def flaky(cfg_dict, cell):
@@ -129,16 +130,17 @@ def test_a_failing_cell_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch, 
             raise FloatingPointError("simulated divergence")
         return real(cfg_dict, cell)
 
-    monkeypatch.setattr(study, "_run_one", flaky)
+    monkeypatch.setattr(study_cells, "_run_one", flaky)
     res = run_extrapolation(tmp_path, cfg, progress=True)
     assert [f["cell"] for f in res["failed"]] == [bad]
     assert "FloatingPointError: simulated divergence" in res["failed"][0]["error"]
-    assert {cell_id(c) for c in grid(cfg)} - {f"{r['label']}__{r['task']}" for r in res["records"]} == {bad}
+    assert {cell_id(c) for c in grid(cfg)} - {f"tasks__fixed__{r['label']}__{r['task']}__s0" for r in res["records"]} \
+        == {bad}
     on_disk = json.loads((tmp_path / "results.json").read_text())
     assert on_disk["failed"][0]["cell"] == bad
     assert "1 cell(s) FAILED" in capsys.readouterr().err
     assert json.loads((tmp_path / "cells" / f"{bad}.json").read_text())["status"] == "error"
-    monkeypatch.setattr(study, "_run_one", real)
+    monkeypatch.setattr(study_cells, "_run_one", real)
     res = run_extrapolation(tmp_path, cfg, progress=False)  # a rerun retries the failed cell
     assert res["failed"] == [] and len(res["records"]) == len(grid(cfg)) * 2
 
@@ -160,7 +162,7 @@ def test_sigkill_keeps_finished_cells(tmp_path):
     cfg = {**TINY, "encodings": ["none", "alibi", "rope", "t5"], "steps": 30}
     script = (f"from posenc_np.study import StudyConfig, run_extrapolation\n"
               f"run_extrapolation({str(out)!r}, StudyConfig(**{cfg!r}), progress=False)\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(study.__file__).parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(study.__file__).parent.parent.parent)}
     proc = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.monotonic() + 60

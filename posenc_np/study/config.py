@@ -1,0 +1,221 @@
+"""What a study run is: :class:`StudyConfig`, its cells (:func:`grid`) and their seeds.
+
+A *cell* is the unit of work and of storage: one trained model (one seed) and its
+evaluations. Parts of the study and their cells:
+
+``tasks``
+    one cell per training option (``fixed``, ``varying``, ...), encoding (and fusion mode for
+    absolute encodings under ``fixed``), task and seed.
+``lm``
+    one cell per encoding and seed: a byte-level LM trained at ``lm_train_len`` and evaluated
+    at every ``lm_eval_factors`` multiple, non-overlapping and sliding.
+``rope_scaling``
+    one cell per seed: the ``lm`` part's RoPE model (same seed, so the same model bit for bit),
+    evaluated under every RoPE scaling method zero-shot and after a short fine-tune at
+    ``scaling_factor * lm_train_len``.
+
+Seeds are derived per cell from the base ``seed`` and the cell's name by CRC32, so a cell's
+result does not depend on which other cells run, in which order or on which executor. The
+seed of a tasks cell does not depend on its training option: ``fixed`` and ``varying`` cells
+of the same encoding, task and seed index start from the same initial weights.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+from .._checks import check_int, check_real
+from ..absolute import FUSIONS
+from ..model import REGISTRY
+from .tasks import TASKS, TRAINING_OPTIONS
+
+__all__ = ["PARTS", "SCALING_METHODS", "StudyConfig", "cell_id", "eval_seed", "grid", "quick_config", "scaling_dict"]
+
+PARTS = ("tasks", "lm", "rope_scaling")
+#: RoPE scaling methods of the ``rope_scaling`` part (see :func:`scaling_dict`).
+SCALING_METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
+
+
+def scaling_dict(method: str, factor: float, train_len: int) -> dict | None:
+    """The Hugging Face ``rope_scaling`` dict of ``method`` for a model trained at ``train_len``
+    and extended by ``factor``.
+
+    ``none``: no scaling. ``linear`` (position interpolation, Chen et al. 2023): positions
+    divided by ``factor``. ``ntk`` (NTK-aware, bloc97): base times ``factor^(d/(d-2))``.
+    ``dynamic`` (dynamic NTK, emozilla; Hugging Face ``dynamic`` with ``factor`` 1 and
+    ``max_position_embeddings = train_len``): NTK with :math:`\\alpha = \\max(1, T/L)` for the
+    current length :math:`T`, so nothing changes up to ``train_len``. ``yarn`` (Peng et al.
+    2023): ``factor``, ``original_max_position_embeddings = train_len``, default betas and
+    attention temperature.
+    """
+    return {"none": None,
+            "linear": {"rope_type": "linear", "factor": float(factor)},
+            "ntk": {"rope_type": "ntk", "alpha": float(factor)},
+            "dynamic": {"rope_type": "dynamic", "factor": 1.0},
+            "yarn": {"rope_type": "yarn", "factor": float(factor), "original_max_position_embeddings": train_len},
+            }[method]
+
+
+@dataclass
+class StudyConfig:
+    """Everything that defines a study run (stored in ``results.json``); ``jobs`` only schedules.
+
+    Model (every part): ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``; GPT-2 initialisation
+    except encodings listed in ``embed_scale``; ``position_options`` per encoding.
+    ``encodings`` defaults to every entry of :data:`posenc_np.model.REGISTRY`.
+    Tasks part: ``tasks`` at size ``train_len``, evaluated at ``eval_factors`` multiples, for
+    every option in ``training`` (every fusion mode of absolute encodings under ``fixed``, the
+    first fusion mode under the others). LM part: ``lm_*``. RoPE-scaling part: ``scaling_*``
+    and ``finetune_*``.
+    """
+
+    parts: tuple = PARTS
+    seeds: int = 3
+    seed: int = 0
+    encodings: list = field(default_factory=lambda: list(REGISTRY))
+    fusions: tuple = ("add", "concat", "multiply")
+    embed_scale: dict = field(default_factory=lambda: {"sinusoidal": "sqrt_d"})
+    position_options: dict = field(default_factory=dict)  # encoding -> ModelConfig.position_options
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int = 128
+    # tasks
+    tasks: list = field(default_factory=lambda: ["copy", "reverse", "lag"])
+    training: tuple = ("fixed", "varying")
+    train_len: int = 8
+    eval_factors: tuple = (1, 2, 4)
+    alphabet: int = 16
+    steps: int = 1500
+    batch_size: int = 16
+    lr: float = 3e-3
+    warmup: int = 50
+    min_lr: float = 1e-4
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    eval_sequences: int = 256
+    # lm
+    lm_train_len: int = 64
+    lm_eval_factors: tuple = (1, 2, 4, 8)
+    lm_steps: int = 800
+    lm_batch_size: int = 16
+    lm_lr: float = 3e-3
+    lm_warmup: int = 50
+    lm_eval_tokens: int = 4096
+    # rope_scaling
+    scaling_methods: tuple = SCALING_METHODS
+    scaling_factor: int = 4
+    finetune_steps: int = 100
+    finetune_batch_size: int = 4
+    finetune_lr: float = 5e-4
+    jobs: int = 2
+
+    def validate(self) -> StudyConfig:
+        """Check the grid and the hyper-parameters before anything runs (``ValueError``/``TypeError``)."""
+        for name, allowed in (("parts", PARTS), ("encodings", REGISTRY), ("tasks", TASKS), ("fusions", FUSIONS),
+                              ("training", TRAINING_OPTIONS), ("scaling_methods", SCALING_METHODS)):
+            values = getattr(self, name)
+            if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values \
+                    or not all(isinstance(v, str) for v in values):
+                raise TypeError(f"{name} must be a non-empty list of names from {sorted(allowed)}, got {values!r}")
+            unknown = sorted(set(values) - set(allowed))
+            if unknown:
+                raise ValueError(f"{name} has unknown entries {unknown}; allowed: {sorted(allowed)}")
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} lists an entry twice: {values!r}")
+        for name in ("eval_factors", "lm_eval_factors"):
+            values = getattr(self, name)
+            if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
+                raise TypeError(f"{name} must be a non-empty list of ints, got {values!r}")
+            for f in values:
+                check_int(f, f"{name} entry", minimum=1)
+        for name in ("seeds", "train_len", "d_model", "n_heads", "n_layers", "d_ff", "batch_size", "eval_sequences",
+                     "jobs", "lm_train_len", "lm_batch_size", "lm_eval_tokens", "finetune_batch_size"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.alphabet, "alphabet", minimum=2)
+        check_int(self.scaling_factor, "scaling_factor", minimum=2)
+        for name in ("steps", "warmup", "seed", "lm_steps", "lm_warmup", "finetune_steps"):
+            check_int(getattr(self, name), name, minimum=0)
+        for name in ("lr", "min_lr", "weight_decay", "clip", "lm_lr", "finetune_lr"):
+            check_real(getattr(self, name), name, nonnegative=True)
+        for name in ("embed_scale", "position_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise TypeError(f"{name} must be a dict keyed by encoding, got {type(getattr(self, name)).__name__}")
+        if "lm" in self.parts or "rope_scaling" in self.parts:
+            for T in (self.lm_train_len * f for f in self.lm_eval_factors):
+                if self.lm_eval_tokens % T or T % 2:
+                    raise ValueError(f"every LM evaluation length must be even (sliding windows advance by half a "
+                                     f"window) and divide lm_eval_tokens ({self.lm_eval_tokens}); {T} does not")
+        if "rope_scaling" in self.parts and "rope" not in REGISTRY:
+            raise ValueError("the rope_scaling part needs the 'rope' encoding in the model registry")
+        return self
+
+
+def quick_config(seed: int = 0) -> StudyConfig:
+    """The reduced study of ``--quick`` (what the tests run): every part, encoding, fusion mode
+    and training option with two seeds, on two tasks, a tiny model and a few steps."""
+    return StudyConfig(seeds=2, seed=seed, tasks=["copy", "lag"], train_len=4, alphabet=8, d_model=16, n_heads=2,
+                       n_layers=1, d_ff=32, steps=10, batch_size=8, warmup=2, eval_sequences=8, lm_train_len=16,
+                       lm_steps=10, lm_batch_size=4, lm_warmup=2, lm_eval_tokens=256, finetune_steps=4,
+                       finetune_batch_size=2, jobs=1)
+
+
+def _seed(*parts) -> int:
+    return zlib.crc32("/".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
+
+
+def eval_seed(base_seed: int, task: str, n: int) -> int:
+    """Seed of the held-out set of ``task`` at size ``n`` (the same for every encoding, option and seed)."""
+    return _seed(base_seed, "eval", task, n)
+
+
+def _label(enc: str, fusion: str | None) -> str:
+    return enc if fusion is None else f"{enc}+{fusion}"
+
+
+def grid(cfg: StudyConfig, corpus: dict | None = None) -> list[dict]:
+    """The cells of a study, in a fixed order, each with its derived seed.
+
+    ``corpus`` (the digests of :func:`posenc_np.study.corpus.corpus_digests`) is stored in the LM
+    and RoPE-scaling cells, which refuse to run on another corpus."""
+    cells = []
+    absolute = {e for e in cfg.encodings if REGISTRY[e].absolute}
+
+    def common(enc, fusion, i, seed):
+        return {"encoding": enc, "fusion": fusion, "label": _label(enc, fusion), "seed_index": i, "seed": seed,
+                "embed_scale": cfg.embed_scale.get(enc, "none")}
+
+    if "tasks" in cfg.parts:
+        for option in cfg.training:
+            for enc in cfg.encodings:
+                if not TRAINING_OPTIONS[option].applies(enc):
+                    continue
+                fusions = (cfg.fusions if option == "fixed" else cfg.fusions[:1]) if enc in absolute else (None,)
+                for fusion in fusions:
+                    for task in cfg.tasks:
+                        for i in range(cfg.seeds):
+                            seed = _seed(cfg.seed, _label(enc, fusion), task, i)
+                            cells.append({"part": "tasks", "training": option, "task": task,
+                                          **common(enc, fusion, i, seed)})
+    if "lm" in cfg.parts:
+        for enc in cfg.encodings:
+            fusion = cfg.fusions[0] if enc in absolute else None
+            for i in range(cfg.seeds):
+                cells.append({"part": "lm", **common(enc, fusion, i, _seed(cfg.seed, "lm", _label(enc, fusion), i)),
+                              "corpus": corpus})
+    if "rope_scaling" in cfg.parts:
+        for i in range(cfg.seeds):
+            cells.append({"part": "rope_scaling", **common("rope", None, i, _seed(cfg.seed, "lm", "rope", i)),
+                          "finetune_seed": _seed(cfg.seed, "rope_scaling", "finetune", i), "corpus": corpus})
+    return cells
+
+
+def cell_id(cell: dict) -> str:
+    """A cell's name in the result store, e.g. ``"tasks__fixed__rope__copy__s0"``, ``"lm__alibi__s2"``,
+    ``"rope_scaling__s1"``."""
+    if cell["part"] == "tasks":
+        return f"tasks__{cell['training']}__{cell['label']}__{cell['task']}__s{cell['seed_index']}"
+    if cell["part"] == "lm":
+        return f"lm__{cell['label']}__s{cell['seed_index']}"
+    return f"rope_scaling__s{cell['seed_index']}"
