@@ -63,7 +63,8 @@ def mlp(x: np.ndarray, params: dict, activation: str):
     hs, zs = [x], []
     h = x
     for i in range(1, n_layers + 1):
-        z = h @ params[f"w{i}"] + params[f"b{i}"]
+        w = params[f"w{i}"]
+        z = (h * w if w.shape[0] == 1 else h @ w) + params[f"b{i}"]  # one input: the product, without a matmul
         zs.append(z)
         h = z if i == n_layers else _act(z, activation)
         hs.append(h)
