@@ -79,7 +79,7 @@ def _ratio_backward(dx, c, lmult, parts, init_L: float):
 def _fire(params: dict, dist, qpos, init_L: float, eps: float):
     """The bias ``(heads, q_len, k_len)`` and the cache of :func:`_fire_backward`."""
     x, parts = _ratio(params["c"], params["L_multiplier"], dist, qpos, init_L, eps)
-    y, mcache = mlp(x.reshape(-1, 1), params, "relu")
+    y, mcache = mlp(x.reshape(-1, 1).astype(params["w1"].dtype, copy=False), params, "relu")
     return np.moveaxis(y.reshape(x.shape + (y.shape[-1],)), -1, 0), (parts, mcache)
 
 
