@@ -683,7 +683,7 @@ def check_cope_layer(head_dim, npos_max, gate_scale, init_std):
 
 def check_cope_cache(cache) -> dict:
     """A cache of :func:`posenc_np.relative.cope_forward` (a dict with its keys)."""
-    keys = {"q", "k", "table", "keep", "gate", "pos", "z", "gate_scale"}
+    keys = {"q", "k", "table", "gate", "corners", "slope", "gate_scale"}
     if not isinstance(cache, dict) or set(cache) != keys:
         raise TypeError("cache must be the cache returned by cope_forward")
     return cache

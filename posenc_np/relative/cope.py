@@ -73,45 +73,44 @@ def _positions(g: np.ndarray) -> np.ndarray:
 
 
 def _corners(pos: np.ndarray, npos_max: int):
-    """``(lo, hi, w)``: the rows either side of the clamped positions and the weight of ``hi``."""
+    """``(lo, hi, w)``: flat indices into the table logits ``z`` (shape ``pos.shape[:-1] + (npos_max + 1,)``,
+    C order) of the rows either side of the clamped positions, and the weight of ``hi``."""
     p = np.minimum(pos, npos_max)
-    lo = np.floor(p)
-    nan = np.isnan(p)  # from NaN in q or k: row 0 with a NaN weight, so that the NaN propagates
-    return np.where(nan, 0, lo).astype(np.intp), np.where(nan, 0, np.ceil(p)).astype(np.intp), p - lo
+    floor = np.floor(p)
+    w = p - floor
+    floor = np.where(np.isnan(p), 0, floor)  # NaN from q or k: row 0 with a NaN weight, so that the NaN propagates
+    rows = np.arange(pos.size // pos.shape[-1]).reshape(pos.shape[:-1] + (1,)) * (npos_max + 1)
+    lo = rows + floor.astype(np.intp)
+    return lo, lo + (w > 0), w
 
 
 def _cope(q, k, table, keep, gate_scale: float):
     """The logit term ``(..., heads, q_len, k_len)`` and the cache of :func:`_cope_backward`."""
     g = _gates(q, k, keep, gate_scale)
     pos = _positions(g)
-    z = q @ table.T  # z_i[p] = q_i . e[p]
+    z = (q @ table.T).reshape(-1)  # z_i[p] = q_i . e[p], flat
     lo, hi, w = _corners(pos, table.shape[0] - 1)
-    term = (1.0 - w) * np.take_along_axis(z, lo, -1) + w * np.take_along_axis(z, hi, -1)
-    cache = {"q": q, "k": k, "table": table, "keep": keep, "gate": g, "pos": pos, "z": z, "gate_scale": gate_scale}
+    z_lo, z_hi = z[lo], z[hi]
+    term = (1.0 - w) * z_lo + w * z_hi
+    slope = (z_hi - z_lo) * (pos <= table.shape[0] - 1)  # d term / d p; 0 where the clamp is active
+    cache = {"q": q, "k": k, "table": table, "gate": g, "corners": (lo, hi, w), "slope": slope,
+             "gate_scale": gate_scale}
     return term, cache
-
-
-def _scatter_rows(values: np.ndarray, index: np.ndarray, width: int) -> np.ndarray:
-    """``out[..., i, p] = sum_j values[..., i, j] [index[..., i, j] = p]`` (the adjoint of ``take_along_axis``)."""
-    rows = values.reshape(-1, values.shape[-1])
-    flat = (np.arange(rows.shape[0])[:, None] * width + index.reshape(rows.shape)).ravel()
-    out = np.bincount(flat, weights=rows.ravel(), minlength=rows.shape[0] * width)
-    return out.reshape(values.shape[:-1] + (width,))
 
 
 def _cope_backward(dterm, cache) -> dict:
     """Gradients of ``q``, ``k`` and ``table`` (the module docstring's backward)."""
-    q, k, table, g, pos, z, s = (cache[n] for n in ("q", "k", "table", "gate", "pos", "z", "gate_scale"))
-    npos_max = table.shape[0] - 1
-    dterm = np.broadcast_to(dterm, pos.shape)
-    lo, hi, w = _corners(pos, npos_max)
-    dz = (_scatter_rows(dterm * (1.0 - w), lo, npos_max + 1) + _scatter_rows(dterm * w, hi, npos_max + 1))
-    dz = dz.astype(q.dtype, copy=False)
-    dpos = dterm * (np.take_along_axis(z, hi, -1) - np.take_along_axis(z, lo, -1)) * (pos <= npos_max)
-    ds = np.cumsum(dpos, -1) * g * (1.0 - g)  # g = 0 on dropped keys
+    q, k, table, g, (lo, hi, w), slope, s = (cache[n] for n in ("q", "k", "table", "gate", "corners", "slope",
+                                                               "gate_scale"))
+    rows = q.shape[:-1] + (table.shape[0],)
+    dterm = np.broadcast_to(dterm, w.shape)
+    dz = np.bincount(lo.ravel(), (dterm * (1.0 - w)).ravel(), np.prod(rows)) + np.bincount(
+        hi.ravel(), (dterm * w).ravel(), np.prod(rows))  # adjoint of the two gathers
+    dz = dz.reshape(rows).astype(q.dtype, copy=False)
+    ds = np.cumsum(dterm * slope, -1) * g * (1.0 - g)  # adjoint of the reversed cumsum; g = 0 on dropped keys
     dq = dz @ table + s * (ds @ k)
     dk = s * (np.swapaxes(ds, -1, -2) @ q)
-    dtable = dz.reshape(-1, npos_max + 1).T @ q.reshape(-1, q.shape[-1])
+    dtable = dz.reshape(-1, table.shape[0]).T @ q.reshape(-1, q.shape[-1])
     return {"q": dq, "k": dk, "table": dtable.astype(table.dtype, copy=False)}
 
 
@@ -160,7 +159,7 @@ def cope_forward(q, k, table, *, gate_scale: float, mask=None):
 def cope_backward(dterm, cache) -> dict:
     """Gradients ``{"q", "k", "table"}`` of :func:`cope_forward` for ``dterm`` of the term's shape."""
     cache = check_cope_cache(cache)
-    return _cope_backward(check_grad(dterm, "dterm", cache["pos"].shape), cache)
+    return _cope_backward(check_grad(dterm, "dterm", cache["slope"].shape), cache)
 
 
 class CoPE(Hook):
