@@ -5,29 +5,14 @@ distance is recorded and the reverse)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from _golden_util import REPO
+from test_golden_tolerances import load, outside  # the suite's reader and the tolerance test, shared
 
 from posenc_np import relative
 from posenc_np.golden import catalogue
 
-V2 = REPO / "vectors" / "v2"
 NAMES = [s.name for s in catalogue.cases(["cope.*", "fire.*", "dpb.*"])]
-
-
-def load(name: str) -> dict:
-    doc = json.loads((V2 / f"{name}.json").read_text())
-    for group in ("inputs", "outputs"):
-        doc[group] = {k: np.array(v["data"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in doc[group].items()}
-    return doc
-
-
-def outside(actual, expected, tol) -> int:
-    err = np.abs(np.asarray(actual, dtype=np.float64) - expected)
-    return int(np.sum(~(err <= tol["abs"] + tol["rel"] * np.abs(expected))))
 
 
 def evaluate(doc, dtype, **change) -> dict:
