@@ -574,3 +574,146 @@ def check_p2c(p2c_index: str, q_len: int, k_len: int) -> None:
     if p2c_index == "hf" and q_len != k_len:
         raise ValueError(f"p2c_index='hf' needs q_len == k_len (got {q_len} and {k_len}): Hugging Face's p2c term "
                          "is built from a (k_len, k_len) key-key table and has no (q_len, k_len) form; use 'paper'")
+
+
+# --------------------------------------------------------------------------- FIRE, dynamic position bias (MLP biases)
+
+def check_mlp_params(params, name: str, num_heads=None, *, extra=()) -> dict:
+    """An MLP's ``params``: a dict with ``w1, b1, ..., wL, bL`` (``L >= 1``), float arrays,
+    ``w1`` of shape ``(1, width)``, each ``b`` matching its ``w``'s columns, each ``w`` taking the
+    previous width, and ``num_heads`` outputs when given; ``extra`` names further keys, each a
+    float array of shape ``(1,)``. Returned as a dict of float arrays in one dtype."""
+    if not isinstance(params, dict):
+        raise TypeError(f"{name} must be a dict of arrays (w1, b1, ..., wL, bL), got {type(params).__name__}")
+    n = 0
+    while f"w{n + 1}" in params:
+        n += 1
+    expected = {f"{p}{i}" for i in range(1, n + 1) for p in "wb"} | set(extra)
+    if n == 0 or set(params) != expected:
+        raise ValueError(f"{name} must have the keys w1, b1, ..., wL, bL (L >= 1){' and ' if extra else ''}"
+                         f"{', '.join(extra)}; got {sorted(map(str, params))}")
+    out = {key: as_float_array(value, f"{name}[{key!r}]") for key, value in params.items()}
+    width = 1
+    for i in range(1, n + 1):
+        w, b = out[f"w{i}"], out[f"b{i}"]
+        if w.ndim != 2 or w.shape[0] != width or w.shape[1] < 1 or b.shape != (w.shape[1],):
+            raise ValueError(f"{name}['w{i}'] must be ({width}, out) and {name}['b{i}'] (out,), got {w.shape} and "
+                             f"{b.shape}")
+        width = w.shape[1]
+    if num_heads is not None and width != num_heads:
+        raise ValueError(f"{name}['w{n}'] must have num_heads = {num_heads} columns, got {width}")
+    for key in extra:
+        if out[key].shape != (1,):
+            raise ValueError(f"{name}[{key!r}] must have shape (1,), got {out[key].shape}")
+    dtype = np.result_type(*out.values())
+    return {key: value.astype(dtype, copy=False) for key, value in out.items()}
+
+
+def check_mlp_grid(q_len, k_len, query_offset, width: int):
+    """``(q_len, k_len, query_offset)`` of an MLP bias over the grid (the offset defaults to
+    ``k_len - q_len``), whose hidden activations ``(q_len * k_len, width)`` fit :data:`MAX_ALLOC_BYTES`."""
+    q_len, k_len, _, offset = check_alignment(q_len, k_len, "bottom-right", ("bottom-right",), query_offset)
+    check_alloc((q_len * k_len, width), np.float64, "MLP hidden activations (q_len * k_len, width)")
+    return q_len, k_len, k_len - q_len if offset is None else offset
+
+
+def check_mlp_bias(params, q_len, k_len, query_offset, extra=()):
+    """``(params, q_len, k_len, query_offset)`` of an MLP bias function (:func:`check_mlp_params`,
+    :func:`check_mlp_grid`)."""
+    params = check_mlp_params(params, "params", extra=extra)
+    return (params, *check_mlp_grid(q_len, k_len, query_offset, params["w1"].shape[1]))
+
+
+def check_mlp_bias_grad(dbias, params, query_offset, extra=()):
+    """``(dbias, params, q_len, k_len, query_offset)`` of an MLP bias backward: ``dbias`` float
+    ``(..., heads, q_len, k_len)`` with the MLP's head count."""
+    params = check_mlp_params(params, "params", extra=extra)
+    n = 1
+    while f"w{n + 1}" in params:
+        n += 1
+    dbias = as_float_array(dbias, "dbias", ndim_min=3)
+    check_heads(dbias, "dbias", params[f"w{n}"].shape[1], axes="q_len, k_len")
+    return (dbias, params, *check_mlp_grid(*dbias.shape[-2:], query_offset, params["w1"].shape[1]))
+
+
+def check_mlp_hook(q, k, scale, mask, params, num_heads: int, layers: int, extra=()):
+    """``(q, params, q_len, k_len)`` of an MLP bias hook: its arguments (:func:`check_qk_heads`)
+    and its ``params`` with ``layers`` affine layers and ``num_heads`` outputs."""
+    q, k, scale, mask = check_qk_heads(q, k, scale, mask, num_heads, None)
+    params = check_mlp_params(params, "params", num_heads, extra=extra)
+    if f"w{layers}" not in params or f"w{layers + 1}" in params:
+        raise ValueError(f"params must hold {layers} layers (w1 .. w{layers}), got {sorted(params)}")
+    q_len, k_len, _ = check_mlp_grid(q.shape[-2], k.shape[-2], None, params["w1"].shape[1])
+    return q, params, q_len, k_len
+
+
+def check_fire_config(init_L, eps) -> tuple[float, float]:
+    """FIRE's fixed threshold scale ``init_L > 0`` and ``eps >= 0``."""
+    return check_real(init_L, "init_L", positive=True), check_real(eps, "eps", nonnegative=True)
+
+
+def check_mlp_layer(num_heads, width, depth) -> tuple[int, int, int]:
+    """``(num_heads, width, depth)`` of an MLP bias layer (``depth`` hidden layers of ``width``)."""
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
+    width = check_int(width, "width", minimum=1)
+    depth = check_int(depth, "depth", minimum=1, maximum=64)
+    check_alloc((depth + 1, max(width, num_heads), max(width, num_heads)), np.float64,
+                "MLP weights (depth + 1, width, width)")
+    return num_heads, width, depth
+
+
+def check_fire_layer(num_heads, width, init_c, init_L, eps):
+    """``(num_heads, width, c, init_L, eps)`` of a FIRE layer, ``c`` as a float64 array ``(1,)``."""
+    num_heads, width, _ = check_mlp_layer(num_heads, width, 1)
+    return (num_heads, width, np.array([check_real(init_c, "init_c")]), *check_fire_config(init_L, eps))
+
+
+def check_fire_distance(q_len, k_len, c, L, eps, query_offset):
+    """``(q_len, k_len, query_offset, c (1,), L, eps)`` of FIRE's normalised distance; ``|c|`` times
+    the largest position or distance must be finite."""
+    q_len, k_len, offset = check_mlp_grid(q_len, k_len, query_offset, 1)
+    c, (L, eps) = check_real(c, "c"), check_fire_config(L, eps)
+    if not math.isfinite(abs(c) * max(L, abs(offset) + q_len + k_len)):
+        raise ValueError(f"c * position overflows float64 (c = {c}, L = {L}, query_offset = {offset})")
+    return q_len, k_len, offset, np.array([c]), L, eps
+
+
+# --------------------------------------------------------------------------- CoPE
+
+def check_cope_qk(q, k, mask, gate_scale):
+    """``(q, k, mask, gate_scale)`` of CoPE's gates: ``q``/``k`` as a hook receives them (in their
+    common dtype), a finite ``gate_scale > 0`` and ``(..., heads, q_len, k_len)`` positions within
+    :data:`MAX_ALLOC_BYTES`."""
+    q, k, gate_scale, mask = check_hook_args(q, k, gate_scale, mask)
+    check_alloc(q.shape[:-1] + (k.shape[-2],), np.float64, "CoPE positions (..., heads, q_len, k_len)")
+    dtype = np.result_type(q, k)
+    return q.astype(dtype, copy=False), k.astype(dtype, copy=False), mask, gate_scale
+
+
+def check_cope(q, k, table, mask, gate_scale):
+    """``(q, k, table, mask, gate_scale)`` of CoPE (:func:`check_cope_qk`) with a ``(npos_max + 1, d)``
+    table, ``npos_max >= 1``; all three arrays in their common dtype."""
+    q, k, mask, gate_scale = check_cope_qk(q, k, mask, gate_scale)
+    table = check_table(table, "table", width=q.shape[-1], what="(npos_max + 1, head_dim)")
+    if table.shape[0] < 2:
+        raise ValueError(f"table must have npos_max + 1 >= 2 rows, got {table.shape[0]}")
+    check_alloc(q.shape[:-1] + (table.shape[0],), np.float64, "CoPE table logits (..., heads, q_len, npos_max + 1)")
+    dtype = np.result_type(q, k, table)
+    return q.astype(dtype, copy=False), k.astype(dtype, copy=False), table.astype(dtype, copy=False), mask, gate_scale
+
+
+def check_cope_layer(head_dim, npos_max, gate_scale, init_std):
+    """``(head_dim, npos_max, gate_scale or None, init_std)`` of a CoPE layer."""
+    head_dim = check_int(head_dim, "head_dim", minimum=1)
+    npos_max = check_int(npos_max, "npos_max", minimum=1)
+    gate_scale = check_real(gate_scale, "gate_scale", positive=True, allow_none=True)
+    init_std = check_layer_init(init_std, (npos_max + 1, head_dim), "CoPE table (npos_max + 1, head_dim)")
+    return head_dim, npos_max, gate_scale, init_std
+
+
+def check_cope_cache(cache) -> dict:
+    """A cache of :func:`posenc_np.relative.cope_forward` (a dict with its keys)."""
+    keys = {"q", "k", "table", "gate", "corners", "slope", "gate_scale"}
+    if not isinstance(cache, dict) or set(cache) != keys:
+        raise TypeError("cache must be the cache returned by cope_forward")
+    return cache

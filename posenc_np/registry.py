@@ -326,6 +326,21 @@ def _deberta_scale(cfg, options):
     return _relative().deberta_scale(cfg.head_dim, options["pos_att_type"])
 
 
+def _cope(cfg, options, rng):
+    return _relative().CoPE(cfg.head_dim, options["npos_max"], gate_scale=options["gate_scale"], seed=rng,
+                            init_std=cfg.init_std)
+
+
+def _fire(cfg, options, rng):
+    return _relative().FIREBias(cfg.n_heads, width=options["width"], init_c=options["init_c"],
+                                init_L=options["init_L"], eps=options["eps"], seed=rng)
+
+
+def _dpb(cfg, options, rng):
+    return _relative().DynamicPositionBias(cfg.n_heads, width=options["width"], depth=options["depth"],
+                                           log_distance=options["log_distance"], seed=rng)
+
+
 # --------------------------------------------------------------------------- the registry
 
 #: Encoding name -> :class:`Encoding` (the table in ``docs/model.md`` lists the same).
@@ -351,6 +366,16 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
     Encoding("deberta", "logits", "disentangled c2p + p2c, logits scaled by 1/sqrt(d (1 + terms))",
              {"max_relative_positions": Option(lambda cfg: cfg.max_len), "position_buckets": Option(-1),
               "pos_att_type": Option("c2p|p2c")}, _deberta, scale=_deberta_scale),
+    Encoding("cope", "logits", "contextual positions: sigmoid(q.k) gates summed over kept keys, clamped at npos_max, "
+             "interpolated table term q.e[p]", {"npos_max": Option(lambda cfg: cfg.max_len),
+                                               "gate_scale": Option(None)}, _cope),
+    Encoding("fire", "logits", "MLP of psi(i-j)/psi(max(L, i)), psi(x) = log(|c| x + 1), learned c and L "
+             "(threshold L0 = max_len)", {"width": Option(32), "init_c": Option(0.1),
+                                          "init_L": Option(lambda cfg: float(cfg.max_len)), "eps": Option(1e-6)},
+             _fire),
+    Encoding("dpb", "logits", "dynamic position bias: SiLU MLP of sign(r) log(|r|+1) per head",
+             {"width": Option(lambda cfg: max(cfg.d_model // 4, 1)), "depth": Option(2),
+              "log_distance": Option(True)}, _dpb),
 )}
 
 

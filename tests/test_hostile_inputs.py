@@ -184,6 +184,24 @@ def _deberta():
     return relative.DebertaDisentangled(2, 4, max_relative_positions=8, seed=0)
 
 
+def _fire_params():
+    return {"w1": arr(1, 4), "b1": arr(4), "w2": arr(4, 2), "b2": arr(2), "c": np.array([0.3]),
+            "L_multiplier": np.array([1.0])}
+
+
+def _dpb_params():
+    return {"w1": arr(1, 4), "b1": arr(4), "w2": arr(4, 4), "b2": arr(4), "w3": arr(4, 2), "b3": arr(2)}
+
+
+def _cope_cache():
+    q = arr(1, 2, 3, 4)
+    return relative.cope_forward(q, q, arr(4, 4), gate_scale=0.5)[1]
+
+
+def _bias_shape(kw, result):
+    return (2, kw["q_len"], kw["k_len"])
+
+
 def _model():
     return Transformer(ModelConfig(vocab_size=7, d_model=8, n_heads=2, n_layers=1, d_ff=8, max_len=8, position="rope",
                                    seed=0))
@@ -432,6 +450,45 @@ ENTRIES = [
            "pos_att_type": ("c2p", "p2c"), "p2c_index": "paper", "seed": 0, "init_std": 0.02}),
     Entry("relative.DebertaDisentangled.logits", _hook_call(_deberta, "logits"), {"q": Q, "k": Q, "scale": 0.5},
           data=("q", "k", "scale")),
+    # relative: CoPE, FIRE, dynamic position bias
+    Entry("relative.cope_positions", relative.cope_positions,
+          {"q": Q, "k": Q, "gate_scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))},
+          lambda kw, r: np.shape(kw["q"])[:-1] + (np.shape(kw["k"])[-2],), data=("q", "k", "gate_scale")),
+    Entry("relative.cope_forward", lambda **kw: relative.cope_forward(**kw)[0],
+          {"q": Q, "k": Q, "table": arr(4, 4), "gate_scale": 0.5, "mask": None},
+          lambda kw, r: np.shape(kw["q"])[:-1] + (np.shape(kw["k"])[-2],), data=("q", "k", "table", "gate_scale")),
+    Entry("relative.cope_backward", relative.cope_backward, {"dterm": arr(1, 2, 3, 3), "cache": _cope_cache()},
+          data=("dterm",), fixed=("cache",)),
+    Entry("relative.CoPE", relative.CoPE,
+          {"head_dim": 4, "npos_max": 3, "gate_scale": None, "seed": 0, "init_std": 0.02}),
+    Entry("relative.CoPE.logits", _hook_call(lambda: relative.CoPE(4, 3, seed=0), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": np.ones((3, 3), bool)}, data=("q", "k", "scale")),
+    Entry("relative.fire_bias", relative.fire_bias,
+          {"params": _fire_params(), "q_len": 2, "k_len": 3, "init_L": 2.0, "eps": 1e-6, "query_offset": None},
+          _bias_shape, data=("params",)),
+    Entry("relative.fire_bias_backward", relative.fire_bias_backward,
+          {"dbias": arr(2, 2, 3), "params": _fire_params(), "init_L": 2.0, "eps": 1e-6, "query_offset": 4},
+          data=("dbias", "params")),
+    Entry("relative.fire_normalized_distance", relative.fire_normalized_distance,
+          {"q_len": 2, "k_len": 3, "c": 0.1, "L": 2.0, "eps": 1e-6, "query_offset": None},
+          lambda kw, r: (kw["q_len"], kw["k_len"])),
+    Entry("relative.FIREBias", relative.FIREBias,
+          {"num_heads": 2, "width": 4, "init_c": 0.1, "init_L": 8.0, "eps": 1e-6, "seed": 0}),
+    Entry("relative.FIREBias.logits", _hook_call(lambda: relative.FIREBias(2, width=4, seed=0), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": None}, data=("q", "k", "scale")),
+    Entry("relative.dpb_inputs", relative.dpb_inputs, {"q_len": 2, "k_len": 3, "log_distance": True,
+                                                       "query_offset": None}, lambda kw, r: (kw["q_len"], kw["k_len"])),
+    Entry("relative.dpb_bias", relative.dpb_bias,
+          {"params": _dpb_params(), "q_len": 2, "k_len": 3, "log_distance": False, "query_offset": 1}, _bias_shape,
+          data=("params",)),
+    Entry("relative.dpb_bias_backward", relative.dpb_bias_backward,
+          {"dbias": arr(2, 2, 3), "params": _dpb_params(), "log_distance": True, "query_offset": None},
+          data=("dbias", "params")),
+    Entry("relative.DynamicPositionBias", relative.DynamicPositionBias,
+          {"num_heads": 2, "width": 4, "depth": 2, "log_distance": True, "seed": 0}),
+    Entry("relative.DynamicPositionBias.logits",
+          _hook_call(lambda: relative.DynamicPositionBias(2, width=4, seed=0), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": None}, data=("q", "k", "scale")),
     # optim
     Entry("optim.Adam", optim.Adam,
           {"params": {"w": arr(2, 2)}, "lr": 1e-3, "betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1,

@@ -164,7 +164,7 @@ def test_concat_sizes_and_fusion_validation():
     with pytest.raises(ValueError, match="only applies to absolute"):
         ModelConfig(vocab_size=7, position="rope", fusion="concat").validate()
     with pytest.raises(ValueError, match="position must be one of"):
-        ModelConfig(vocab_size=7, position="cope").validate()
+        ModelConfig(vocab_size=7, position="no_such_encoding").validate()
     with pytest.raises(ValueError, match="unknown position_options"):
         Transformer(ModelConfig(vocab_size=7, position="alibi", position_options={"slope": 1}))
     with pytest.raises(ValueError, match="divisible"):

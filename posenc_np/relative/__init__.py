@@ -12,6 +12,10 @@ from .shaw import *  # noqa: F401,F403
 from .bert import *  # noqa: F401,F403
 from .transformer_xl import *  # noqa: F401,F403
 from .deberta import *  # noqa: F401,F403
-from . import bert, deberta, shaw, t5, transformer_xl
+from .cope import *  # noqa: F401,F403
+from .fire import *  # noqa: F401,F403
+from .dpb import *  # noqa: F401,F403
+from . import bert, cope, deberta, dpb, fire, shaw, t5, transformer_xl
 
-__all__ = [*t5.__all__, *shaw.__all__, *bert.__all__, *transformer_xl.__all__, *deberta.__all__]
+__all__ = [*t5.__all__, *shaw.__all__, *bert.__all__, *transformer_xl.__all__, *deberta.__all__, *cope.__all__,
+           *fire.__all__, *dpb.__all__]

@@ -255,9 +255,50 @@ def _scaling(R):
     return rows
 
 
+# --------------------------------------------------------------------------- CoPE, FIRE
+
+def _cope_fire(R):
+    """Golovneva et al. 2024 (CoPE) and Li et al. 2023 (FIRE): lower perplexity past L than their
+    baselines; CoPE at least as good as RoPE on the synthetic tasks past L."""
+    rows = []
+    if "lm" in R.by_part:
+        top = R.cfg.get("lm_eval_factors", [1])[-1]
+
+        def ppl(enc):
+            lab = _lm_label(R, enc)
+            return None if lab is None else R.iv("lm", "ppl", label=lab, eval_mode="nonoverlapping", eval_factor=top)
+
+        for source, enc, rivals in (("Golovneva et al. 2024 (CoPE)", "cope", ("t5", "rope")),
+                                    ("Li et al. 2023 (FIRE)", "fire", ("rope", "t5", "alibi"))):
+            mine = ppl(enc)
+            outcomes = [o for o in (_less(mine, ppl(r)) for r in rivals) if o != "missing"] if mine else []
+            rows.append(_row(source, f"{enc} has lower perplexity than {', '.join(rivals)} at {top}L (non-overlapping)",
+                             _combine(outcomes), f"ppl at {top}L: " + ", ".join(f"{e} {fmt(ppl(e), 3)}"
+                                                                              for e in (enc, *rivals))))
+    else:
+        rows.append(_row("Golovneva et al. 2024; Li et al. 2023", "CoPE and FIRE perplexity past L", UNTESTED,
+                         "the lm part was not run"))
+    factor = next((f for f in R.cfg.get("eval_factors", []) if f > 1), None) if "tasks" in R.by_part else None
+    outcomes, notes = [], []
+    if factor is not None:
+        option = "varying" if "varying" in R.options else "fixed"
+        for task in R.tasks:
+            ivs = {enc: R.iv("tasks", "token_accuracy", training=option, label=enc, task=task, eval_factor=factor)
+                   for enc in ("cope", "rope")}
+            o = _less(ivs["cope"], ivs["rope"])  # "yes" here means CoPE is worse
+            if o != "missing":
+                outcomes.append({"yes": "no", "no": "yes", "open": "open"}[o])
+                notes.append(f"{task}: cope {fmt(ivs['cope'])} vs rope {fmt(ivs['rope'])}")
+    verdict = UNTESTED if not outcomes else NO if "no" in outcomes else CONSISTENT if "open" in outcomes else YES
+    rows.append(_row("Golovneva et al. 2024 (CoPE)", f"CoPE generalizes past L on the synthetic tasks at least as well "
+                     f"as RoPE (token accuracy at {factor}L)", verdict, "; ".join(notes) or "tasks part, cope or rope "
+                     "not run"))
+    return rows
+
+
 def claim_rows(R) -> list[tuple]:
     """``(source, claim, verdict, evidence)`` for every claim."""
-    return _press(R) + _kazemnejad(R) + _scaling(R)
+    return _press(R) + _kazemnejad(R) + _scaling(R) + _cope_fire(R)
 
 
 def section_claims(R) -> str:
