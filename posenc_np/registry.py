@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import check_choice, check_int, check_real
+from ._checks import check_choice, check_even, check_int, check_real
 
 __all__ = ["REGISTRY", "Encoding", "Option", "RotaryTables"]
 
@@ -326,6 +326,18 @@ def _deberta_scale(cfg, options):
     return _relative().deberta_scale(cfg.head_dim, options["pos_att_type"])
 
 
+def _kerple(cfg, options, rng):
+    return _relative().KerpleBias(cfg.n_heads, variant=options["variant"], seed=rng)
+
+
+def _sandwich(cfg, options, rng):
+    return _relative().SandwichBias(cfg.n_heads, dim=options["dim"], compression=options["compression"])
+
+
+def _even_int(value, name):
+    return check_even(value, name)
+
+
 # --------------------------------------------------------------------------- the registry
 
 #: Encoding name -> :class:`Encoding` (the table in ``docs/model.md`` lists the same).
@@ -351,6 +363,12 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
     Encoding("deberta", "logits", "disentangled c2p + p2c, logits scaled by 1/sqrt(d (1 + terms))",
              {"max_relative_positions": Option(lambda cfg: cfg.max_len), "position_buckets": Option(-1),
               "pos_att_type": Option("c2p|p2c")}, _deberta, scale=_deberta_scale),
+    Encoding("kerple", "logits", "KERPLE kernel bias -r1 log(1 + r2|m-n|) or -r1 |m-n|^r2, learned per head and "
+             "layer, projected onto r >= 0.01 (power: r2 <= 2)", {"variant": Option("log", _choice(("log", "power")))},
+             _kerple),
+    Encoding("sandwich", "logits", "parameter-free bias: inner product of d'-wide sinusoids minus d'/2, divided by "
+             "8h/H per head", {"dim": Option(128, _even_int), "compression": Option("alibi", _choice(("alibi", "none")))},
+             _sandwich),
 )}
 
 

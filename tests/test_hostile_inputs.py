@@ -454,6 +454,22 @@ ENTRIES = [
           # is the documented value of a fully masked row)
           {"q": Q, "k": Q, "v": Q, "slopes": np.array([0.5, 0.25]), "causal": True, "scale": 0.5, "q_offset": 2},
           data=("q", "k", "v", "scale")),
+    # relative: KERPLE and Sandwich
+    Entry("relative.kerple_bias", relative.kerple_bias,
+          {"r1": np.array([0.5, 1.0]), "r2": np.array([0.5, 1.5]), "q_len": 2, "k_len": 3, "variant": "power"},
+          lambda kw, r: (2, kw["q_len"], kw["k_len"])),
+    Entry("relative.kerple_bias_backward", relative.kerple_bias_backward,
+          {"dbias": arr(1, 2, 2, 3), "r1": np.array([0.5, 1.0]), "r2": np.array([0.5, 1.5]), "variant": "log"},
+          lambda kw, r: [(2,), (2,)], data=("dbias",)),
+    Entry("relative.KerpleBias", relative.KerpleBias, {"num_heads": 2, "variant": "power", "seed": 0}),
+    Entry("relative.KerpleBias.logits", _hook_call(lambda: relative.KerpleBias(2, seed=0), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))}, data=("q", "k", "scale")),
+    Entry("relative.sandwich_bias", relative.sandwich_bias,
+          {"num_heads": 2, "q_len": 2, "k_len": 3, "dim": 8, "compression": "alibi"},
+          lambda kw, r: (kw["num_heads"], kw["q_len"], kw["k_len"])),
+    Entry("relative.SandwichBias", relative.SandwichBias, {"num_heads": 2, "dim": 8, "compression": "none"}),
+    Entry("relative.SandwichBias.logits", _hook_call(lambda: relative.SandwichBias(2, dim=8), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))}, data=("q", "k", "scale")),
     # training and testing helpers
     Entry("train.evaluate", lambda tokens, targets, batch_size, beyond: evaluate(
         _model(), tokens, targets, batch_size=batch_size, beyond=beyond),
