@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._checks import check_choice, check_even, check_int, check_real
+from ._table_checks import check_fraction
 
 __all__ = ["REGISTRY", "Encoding", "Option", "RotaryTables"]
 
@@ -190,6 +191,7 @@ class RotaryTables:
         self.scaling = rope_scaling.parse_scaling(rotary_dim, base=options["base"], scaling=options["scaling"],
                                           max_position_embeddings=options["max_position_embeddings"])
         self.xpos_scale_base = xpos_scale_base
+        self.p = options["p"]  # p-RoPE: the kept fraction of the highest frequencies (1 = RoPE)
         self._freqs = None  # (length key, (inv_freq, attention_factor))
         self._kept = None  # (length key, first position, tables)
         self._tables = None  # this call's
@@ -199,7 +201,8 @@ class RotaryTables:
         """``(inv_freq, attention_factor)`` for a length, computed once per length key."""
         key = self.scaling.length_key(seq_len)
         if self._freqs is None or self._freqs[0] != key:
-            self._freqs = (key, self.scaling.frequencies(seq_len))
+            inv_freq, factor = self.scaling.frequencies(seq_len)
+            self._freqs = (key, (self._rope._p_rope(inv_freq, self.p) if self.p != 1.0 else inv_freq, factor))
         return self._freqs[1]
 
     def begin(self, start: int, length: int, cache) -> None:
@@ -268,6 +271,7 @@ _ROTARY = {
     "layout": Option("half", _choice(("half", "interleaved"))),
     "rotary_dim": Option(lambda cfg: cfg.head_dim, lambda v, name: check_int(v, name, minimum=2)),
     "max_position_embeddings": Option(lambda cfg: cfg.max_len, _positive_int),
+    "p": Option(1.0, check_fraction),  # p-RoPE (Barbero et al. 2024): keep the highest fraction p of the frequencies
 }
 
 
@@ -349,6 +353,8 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
              {"dim": _CONCAT_DIM, "base": Option(10000.0, _positive_real),
               "layout": Option("interleaved", _choice(("interleaved", "concat")))}, _sinusoidal),
     Encoding("rope", "rotation", "rotates q and k per head (any Hugging Face scaling dict)", _ROTARY, _rotary),
+    Encoding("p_rope", "rotation", "RoPE keeping the highest fraction p of the frequencies (default 0.25), the "
+             "rest unrotated (Barbero et al. 2024)", {**_ROTARY, "p": Option(0.25, check_fraction)}, _rotary),
     Encoding("xpos", "rotation", "RoPE with the xPos scale, centre 'none'",
              {**_ROTARY, "scale_base": Option(512.0, _positive_real)}, _xpos),
     Encoding("alibi", "logits", "linear bias -m_h (q - k) (symmetric in the encoder), fixed slopes; the fused "

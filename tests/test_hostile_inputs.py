@@ -286,6 +286,8 @@ ENTRIES = [
     Entry("rope.yarn_correction_range", rope.yarn_correction_range,
           {"dim": 64, "base": 1e4, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
            "truncate": True}),
+    Entry("rope.p_rope_frequencies", rope.p_rope_frequencies, {"inv_freq": FREQS, "p": 0.5},
+          lambda kw, r: np.shape(kw["inv_freq"])),
     Entry("rope.yarn_get_mscale", rope.yarn_get_mscale, {"scale": 4.0, "mscale": 1.0}),
     # alibi
     Entry("alibi.slopes", alibi.slopes, {"num_heads": 6, "max_bias": 8.0}, lambda kw, r: (kw["num_heads"],)),
