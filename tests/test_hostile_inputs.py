@@ -487,6 +487,9 @@ ENTRIES = [
            "fusion": "add", "dtype": "float64", "init_std": 0.02, "seed": 0}),
     Entry("model.Transformer.forward", lambda tokens: _model().forward(tokens), {"tokens": np.array([[1, 2, 3]])},
           lambda kw, r: np.shape(kw["tokens"]) + (7,)),
+    Entry("model.Transformer.forward.positions", lambda tokens, positions: _model().forward(tokens, positions=positions),
+          {"tokens": np.array([[1, 2, 3]]), "positions": np.array([0, 4, 9])},
+          lambda kw, r: np.shape(kw["tokens"]) + (7,)),
     Entry("model.Transformer.generate", lambda prompt, steps: _model().generate(prompt, steps),
           {"prompt": np.array([[1, 2]]), "steps": 2}),
     Entry("study.LagTask", lambda n, alphabet, lag, batch_size: study.LagTask(n, alphabet, lag).sample(
