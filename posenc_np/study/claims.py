@@ -22,7 +22,7 @@ perplexity; Kazemnejad et al. train on varying lengths (the ``varying`` option w
 
 from __future__ import annotations
 
-from .stats import direction, fmt, separated, tiers
+from .stats import direction, fmt, separated, t_interval, tiers
 
 __all__ = ["section_claims"]
 
@@ -255,9 +255,98 @@ def _scaling(R):
     return rows
 
 
+# --------------------------------------------------------------------------- the modern family
+
+#: Which paper claims what about an encoding's LM perplexity past the training length L:
+#: ``(source, claim, encoding, kind, others)``; ``kind`` "below": its perplexity at the longest
+#: evaluation length is below each of ``others`` (non-overlapping intervals); "flat": its
+#: perplexity ratio to 1L never rises separated at any evaluated length past L; "below-at-L":
+#: below ``others`` at the training length itself.
+MODERN_LM_CLAIMS = (
+    ("Chi et al. 2022 (KERPLE)", "KERPLE (log) extrapolates better than ALiBi and T5: lower perplexity at the "
+     "longest length", "kerple", "below", ("alibi", "t5")),
+    ("Chi et al. 2022 (KERPLE)", "KERPLE's perplexity does not rise past L", "kerple", "flat", ()),
+    ("Chi et al. 2023 (Sandwich)", "Sandwich, parameter-free, does not rise past L (it extrapolates like ALiBi)",
+     "sandwich", "flat", ()),
+    ("Chi et al. 2023 (Sandwich)", "Sandwich extrapolates better than the sinusoidal embedding it is built from",
+     "sandwich", "below", ("sinusoidal",)),
+    ("Barbero et al. 2024 (p-RoPE)", "p-RoPE (p = 0.25) reaches lower perplexity than RoPE at the training length",
+     "p_rope", "below-at-L", ("rope",)),
+    ("Barbero et al. 2024 (p-RoPE)", "p-RoPE degrades less than RoPE past L (lower perplexity at the longest length)",
+     "p_rope", "below", ("rope",)),
+    ("Golovneva et al. 2024 (CoPE)", "CoPE has lower perplexity than RoPE past the training length", "cope", "below",
+     ("rope",)),
+    ("Li et al. 2023 (FIRE)", "FIRE length-generalizes better than RoPE, ALiBi, KERPLE and T5", "fire", "below",
+     ("rope", "alibi", "kerple", "t5")),
+    ("Wang et al. 2021 (CrossFormer DPB)", "a bias that is an MLP of the log distance is defined at unseen lengths: "
+     "perplexity does not rise past L", "dpb", "flat", ()),
+)
+
+
+def _modern_lm(R) -> list[tuple]:
+    """The rows of :data:`MODERN_LM_CLAIMS`, on non-overlapping LM perplexity (sliding for none)."""
+    factors = R.cfg.get("lm_eval_factors", [1])
+    base, top = factors[0], factors[-1]
+    rows = []
+    for source, claim, enc, kind, others in MODERN_LM_CLAIMS:
+        if "lm" not in R.by_part or len(factors) < 2:
+            rows.append(_row(source, claim, UNTESTED, "the lm part was not run"))
+            continue
+        lab = _lm_label(R, enc)
+        if lab is None:
+            rows.append(_row(source, claim, UNTESTED, f"`{enc}` is not in this run's results (not in the registry "
+                                                      "or not in the study's encodings)"))
+            continue
+
+        def ppl(label, f):
+            return R.iv("lm", "ppl", label=label, eval_factor=f, eval_mode="nonoverlapping")
+
+        if kind == "flat":
+            ivs = {f: R.ratio("lm", "ppl", "eval_factor", base, f, label=lab, eval_mode="nonoverlapping")
+                   for f in factors[1:]}
+            rows.append(_row(source, claim, _never(ivs.values(), "up"),
+                             "; ".join(f"{f}L / {base}L = {fmt(iv, 3)}" for f, iv in ivs.items())))
+            continue
+        f = base if kind == "below-at-L" else top
+        present = [(o, _lm_label(R, o)) for o in others if _lm_label(R, o) is not None]
+        outcomes = [o for o in (_less(ppl(lab, f), ppl(olab, f)) for _, olab in present) if o != "missing"]
+        evidence = f"{f}L: {enc} {fmt(ppl(lab, f))}" + "".join(f" vs {o} {fmt(ppl(olab, f))}" for o, olab in present)
+        rows.append(_row(source, claim, _combine(outcomes) if present else UNTESTED,
+                         evidence if present else f"none of {list(others)} in this run"))
+    return rows
+
+
+def _ruoss(R) -> list[tuple]:
+    """Randomized positions raise token accuracy past L over ``varying`` (the same sizes), per encoding
+    and task, paired by seed (the cells of one seed start from the same weights)."""
+    source, claim = "Ruoss et al. 2023", ("randomized positions raise accuracy past L over the same encoding "
+                                          "trained without them (varying sizes both)")
+    if "tasks" not in R.by_part or "randomized" not in R.options:
+        return [_row(source, claim, UNTESTED, "no `randomized` cells in this run")]
+    baseline = "varying" if "varying" in R.options else "fixed"
+    factor = max(R.cfg["eval_factors"])
+    if factor <= 1:
+        return [_row(source, claim, UNTESTED, "no evaluation past L")]
+    outcomes, notes = [], []
+    for task in R.tasks:
+        for label in R.labels("tasks", task=task, training="randomized"):
+            a = R.values("tasks", "token_accuracy", training=baseline, label=label, task=task, eval_factor=factor)
+            b = R.values("tasks", "token_accuracy", training="randomized", label=label, task=task, eval_factor=factor)
+            seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
+            if not seeds:  # e.g. a learned table cannot run past L without randomized positions
+                notes.append(f"{task}/{label}: only randomized runs at {factor}L")
+                continue
+            iv = t_interval([b[s] - a[s] for s in seeds])
+            d = direction(iv, 0.0)
+            outcomes.append({"up": "yes", "down": "no"}.get(d, "open"))
+            notes.append(f"{task}/{label}: {fmt(iv, 2)}")
+    return [_row(f"{source} ({factor}L, vs {baseline})", claim, _combine(outcomes),
+                 "accuracy difference randomized - baseline: " + "; ".join(notes))]
+
+
 def claim_rows(R) -> list[tuple]:
     """``(source, claim, verdict, evidence)`` for every claim."""
-    return _press(R) + _kazemnejad(R) + _scaling(R)
+    return _press(R) + _kazemnejad(R) + _scaling(R) + _modern_lm(R) + _ruoss(R)
 
 
 def section_claims(R) -> str:
