@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_model import model_gradcheck
 
 from posenc_np.model import ModelConfig, Transformer
 from posenc_np.study.tasks import CopyTask
 from posenc_np.train import evaluate, train
-
-from test_model import model_gradcheck
 
 
 def _model(position="rope", M=40, **kw):

@@ -263,8 +263,8 @@ def _scaling(R):
 #: perplexity ratio to 1L never rises separated at any evaluated length past L; "below-at-L":
 #: below ``others`` at the training length itself.
 MODERN_LM_CLAIMS = (
-    ("Chi et al. 2022 (KERPLE)", "KERPLE (log) extrapolates better than ALiBi and T5: lower perplexity at the "
-     "longest length", "kerple", "below", ("alibi", "t5")),
+    ("Chi et al. 2022 (KERPLE)", ("KERPLE (log) extrapolates better than ALiBi and T5: lower perplexity at the "
+                                  "longest length"), "kerple", "below", ("alibi", "t5")),
     ("Chi et al. 2022 (KERPLE)", "KERPLE's perplexity does not rise past L", "kerple", "flat", ()),
     ("Chi et al. 2023 (Sandwich)", "Sandwich, parameter-free, does not rise past L (it extrapolates like ALiBi)",
      "sandwich", "flat", ()),
@@ -278,8 +278,8 @@ MODERN_LM_CLAIMS = (
      ("rope",)),
     ("Li et al. 2023 (FIRE)", "FIRE length-generalizes better than RoPE, ALiBi, KERPLE and T5", "fire", "below",
      ("rope", "alibi", "kerple", "t5")),
-    ("Wang et al. 2021 (CrossFormer DPB)", "a bias that is an MLP of the log distance is defined at unseen lengths: "
-     "perplexity does not rise past L", "dpb", "flat", ()),
+    ("Wang et al. 2021 (CrossFormer DPB)", ("a bias that is an MLP of the log distance is defined at unseen "
+                                            "lengths: perplexity does not rise past L"), "dpb", "flat", ()),
 )
 
 
