@@ -226,8 +226,7 @@ def _p_rope(inv_freq: np.ndarray, p: float) -> np.ndarray:
 def p_rope_frequencies(inv_freq, p: float) -> np.ndarray:
     r"""p-RoPE (Barbero et al. 2024): keep the highest fraction ``p`` of the frequencies, set the rest to 0.
 
-    With :math:`n` = ``len(inv_freq)`` pairs, the first :math:`k = \lfloor p\,n 
-floor` frequencies
+    With :math:`n` = ``len(inv_freq)`` pairs, the first :math:`k = \lfloor p\,n \rfloor` frequencies
     are kept and :math:`\omega_i = 0` for :math:`i \ge k` (frequency 0 is the identity rotation, so
     those pairs pass through). RoPE's frequencies decrease with :math:`i`
     (:math:`\omega_i = \mathrm{base}^{-2i/d}`, and every scaling keeps that order), so the kept ones

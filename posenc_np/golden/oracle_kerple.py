@@ -10,8 +10,8 @@ from ._mp import grid as _grid, mpf as _mp
 
 
 def kerple_bias(params, inputs):
-    """b[h, i, j] = -r1_h log(1 + r2_h |m - n|) (log) or -r1_h |m - n|^r2_h (power);
-    query i at m = i + k_len - q_len, key j at n = j."""
+    """``b[h, i, j] = -r1_h log(1 + r2_h |m - n|)`` (log) or ``-r1_h |m - n|^r2_h`` (power);
+    query ``i`` at ``m = i + k_len - q_len``, key ``j`` at ``n = j``."""
     q_len, k_len, variant = params["q_len"], params["k_len"], params["variant"]
     r1, r2 = [_mp(x) for x in inputs["r1"]], [_mp(x) for x in inputs["r2"]]
 
