@@ -469,6 +469,8 @@ ENTRIES = [
     Entry("relative.sandwich_bias", relative.sandwich_bias,
           {"num_heads": 2, "q_len": 2, "k_len": 3, "dim": 8, "compression": "alibi"},
           lambda kw, r: (kw["num_heads"], kw["q_len"], kw["k_len"])),
+    Entry("relative.sandwich_ratios", relative.sandwich_ratios, {"num_heads": 3, "compression": "alibi"},
+          lambda kw, r: (kw["num_heads"],)),
     Entry("relative.SandwichBias", relative.SandwichBias, {"num_heads": 2, "dim": 8, "compression": "none"}),
     Entry("relative.SandwichBias.logits", _hook_call(lambda: relative.SandwichBias(2, dim=8), "logits"),
           {"q": Q, "k": Q, "scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))}, data=("q", "k", "scale")),
