@@ -717,3 +717,47 @@ def check_cope_cache(cache) -> dict:
     if not isinstance(cache, dict) or set(cache) != keys:
         raise TypeError("cache must be the cache returned by cope_forward")
     return cache
+# --------------------------------------------------------------------------- KERPLE and Sandwich (posenc_np.relative)
+
+def check_kerple_params(r1, r2, variant, variants) -> tuple[np.ndarray, np.ndarray, str]:
+    """KERPLE's per-head ``r1``, ``r2``: float ``(heads,)`` of one shape, finite, ``> 0`` (the
+    paper's domain), and ``r2 <= 2`` for the power variant."""
+    variant = check_choice(variant, "variant", variants)
+    r1, r2 = as_float_array(r1, "r1"), as_float_array(r2, "r2")
+    if r1.ndim != 1 or r1.shape != r2.shape or r1.size == 0:
+        raise ValueError(f"r1 and r2 must be (num_heads,) arrays of one shape, got {r1.shape} and {r2.shape}")
+    for name, x in (("r1", r1), ("r2", r2)):
+        if not np.all(np.isfinite(x)) or np.any(x <= 0):
+            raise ValueError(f"{name} must be finite and > 0 (KERPLE keeps its parameters positive), got {x}")
+    if variant == "power" and np.any(r2 > 2):
+        raise ValueError(f"r2 must be <= 2 for the power variant (0 < r2 <= 2 keeps -|m-n|^r2 conditionally "
+                         f"positive definite), got {r2}")
+    return r1, r2, variant
+
+
+def check_kerple_bias(r1, r2, q_len, k_len, variant, variants):
+    """:func:`posenc_np.relative.kerple_bias`'s arguments; the ``(heads, q_len, k_len)`` bias fits the budget."""
+    r1, r2, variant = check_kerple_params(r1, r2, variant, variants)
+    q_len, k_len = check_lengths(q_len, k_len, "KERPLE bias (q_len, k_len)")
+    check_alloc((r1.size, q_len, k_len), np.float64, "KERPLE bias (num_heads, q_len, k_len)")
+    return r1, r2, q_len, k_len, variant
+
+
+def check_kerple_grad(dbias, r1, r2, variant, variants):
+    """:func:`posenc_np.relative.kerple_bias_backward`'s arguments: ``dbias (..., heads, q_len, k_len)``."""
+    r1, r2, variant = check_kerple_params(r1, r2, variant, variants)
+    dbias = as_float_array(dbias, "dbias", ndim_min=3)
+    if dbias.shape[-3] != r1.size:
+        raise ValueError(f"dbias must be (..., num_heads={r1.size}, q_len, k_len), got shape {dbias.shape}")
+    return dbias, r1, r2, variant
+
+
+def check_sandwich(num_heads, q_len, k_len, dim, compression, compressions):
+    """:func:`posenc_np.relative.sandwich_bias`'s arguments: heads, lengths, an even ``dim >= 2``
+    (the paper's d'), a compression name; the bias fits :data:`MAX_ALLOC_BYTES`."""
+    num_heads = check_num_heads(num_heads)
+    q_len, k_len = check_lengths(q_len, k_len, "Sandwich bias (q_len, k_len)")
+    dim = check_even(dim, "dim")
+    compression = check_choice(compression, "compression", compressions)
+    check_alloc((num_heads, q_len, k_len), np.float64, "Sandwich bias (num_heads, q_len, k_len)")
+    return num_heads, q_len, k_len, dim, compression

@@ -468,3 +468,20 @@ def check_fusion(x, p, mode, modes, dy=None):
     if dy.shape != out_shape:
         raise ValueError(f"dy must have the shape of fuse's output {out_shape}, got {dy.shape}")
     return x, p, mode, dy
+
+
+def check_p_rope(inv_freq, p):
+    """:func:`posenc_np.rope.p_rope_frequencies`'s arguments: finite ``inv_freq >= 0`` of shape
+    ``(n,)`` and a fraction ``p`` in ``[0, 1]``."""
+    inv = as_float_array(inv_freq, "inv_freq")
+    if inv.ndim != 1 or not np.all(np.isfinite(inv)) or np.any(inv < 0):
+        raise ValueError(f"inv_freq must be a 1-D array of finite frequencies >= 0, got shape {inv.shape}")
+    return inv, check_fraction(p, "p")
+
+
+def check_fraction(p, name: str) -> float:
+    """A real number in ``[0, 1]`` (p-RoPE's kept fraction)."""
+    p = check_real(p, name, nonnegative=True)
+    if p > 1.0:
+        raise ValueError(f"{name} must lie in [0, 1] (the fraction of frequencies kept), got {p}")
+    return p

@@ -251,9 +251,22 @@ class PositionEncoding:
         return dtok
 
     # rotation of queries and keys
-    def begin(self, start: int, length: int, cache: KVCache | None) -> None:
+    def begin(self, start: int, length: int, cache: KVCache | None, positions=None) -> None:
         if self.rotary is not None:
-            self.rotary.begin(start, length, cache)
+            self.rotary.begin(start, length, cache, positions)
+
+    # randomized positions (Ruoss et al. 2023)
+    @property
+    def randomized_max_len(self) -> int | None:
+        return self.options.get("randomized_max_len")
+
+    def sample_positions(self, length: int, rng: np.random.Generator) -> np.ndarray:
+        """A sorted sample of ``length`` distinct positions from ``0 .. randomized_max_len - 1``."""
+        M = self.randomized_max_len
+        if length > M:
+            raise ValueError(f"randomized positions: a training sequence of {length} tokens needs "
+                             f"position_options['randomized_max_len'] >= {length}, got {M}")
+        return np.sort(rng.choice(M, size=length, replace=False))
 
     def rotate(self, q, k, *, in_place: bool = False):
         return self.rotary.rotate(q, k, in_place=in_place) if self.rotary is not None else (q, k)
@@ -406,12 +419,16 @@ class Transformer:
         self.grads = grads
 
     # ---------------------------------------------------------------- forward / backward
-    def forward(self, tokens, cache: KVCache | None = None) -> np.ndarray:
+    def forward(self, tokens, cache: KVCache | None = None, *, positions=None) -> np.ndarray:
         """Logits ``(B, T, vocab)`` for integer tokens ``(B, T)``.
 
         With a :class:`KVCache` the tokens continue the cached sequence (positions
         ``cache.length ...``), the cache is extended in place, and :meth:`backward` is not
         available for this call.
+
+        ``positions`` (optional, no cache): the positions of the ``T`` tokens, strictly
+        increasing integers ``>= 0`` shared by the batch, instead of ``0 .. T-1`` (what
+        :meth:`training_positions` samples; only encodings that take positions use them).
         """
         tokens = as_int_array(tokens, "tokens")
         if tokens.ndim != 2:
@@ -424,12 +441,13 @@ class Transformer:
                              f"{self.pos.kv_cache_unsupported}")
         B, T = tokens.shape
         start = 0 if cache is None else cache.length
-        positions = np.arange(start, start + T)
+        given = None if positions is None else self._check_positions(positions, T, cache)
+        positions = np.arange(start, start + T) if given is None else given
         x = self.tok_emb.forward(tokens)
         if self.embed_scale != 1.0:
             x = x * np.asarray(self.embed_scale, dtype=x.dtype)
         h = self.pos.embed(x, positions)
-        self.pos.begin(start, T, cache)
+        self.pos.begin(start, T, cache, given)
         for block in self.blocks:
             h = block.forward(h, cache)
         hf = self.ln_f.forward(h)
@@ -442,6 +460,27 @@ class Transformer:
             cache.length += T
         self._saved = None if cache is not None else hf
         return logits
+
+    def _check_positions(self, positions, T: int, cache) -> np.ndarray:
+        """``forward``'s ``positions``: ``(T,)`` strictly increasing integers ``>= 0`` (below ``max_len``
+        for a learned table), without a cache."""
+        positions = as_int_array(positions, "positions")
+        if cache is not None:
+            raise ValueError("positions and a KV cache do not mix: cached decoding continues at cache.length")
+        if positions.shape != (T,):
+            raise ValueError(f"positions must have shape (T,) = ({T},) for tokens of length {T}, got {positions.shape}")
+        if T and (positions[0] < 0 or np.any(np.diff(positions) <= 0)):
+            raise ValueError(f"positions must be strictly increasing integers >= 0, got {positions}")
+        if T and self.cfg.position == "learned" and positions[-1] >= self.cfg.max_len:
+            raise ValueError(f"positions must be < max_len ({self.cfg.max_len}) for a learned table, got {positions[-1]}")
+        return positions
+
+    def training_positions(self, length: int, rng: np.random.Generator) -> np.ndarray | None:
+        """Positions for one training batch of sequences of ``length`` tokens: with
+        ``position_options['randomized_max_len'] = M`` (Ruoss et al. 2023) a sorted sample of
+        ``length`` distinct positions from ``0 .. M-1`` drawn with ``rng`` (one per batch), else
+        None (the ordinary ``0 .. length-1``). Evaluation never calls this."""
+        return None if self.pos.randomized_max_len is None else self.pos.sample_positions(length, rng)
 
     def backward(self, dlogits) -> None:
         """Backpropagate ``dL/dlogits`` (``(B, T, vocab)``) from the last uncached forward into

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._checks import check_choice, check_int, check_real
+from ._checks import check_choice, check_even, check_int, check_real
+from ._table_checks import check_fraction
 
 __all__ = ["REGISTRY", "Encoding", "Option", "RotaryTables"]
 
@@ -104,6 +105,16 @@ def _positive_int(value, name):
     return check_int(value, name, minimum=1)
 
 
+def _randomized_max_len(value, name):
+    return None if value is None else check_int(value, name, minimum=1)
+
+
+#: Randomized positions (Ruoss et al. 2023), for the encodings that take positions (embedding and
+#: rotation): in training (:meth:`posenc_np.model.Transformer.training_positions`) a sequence of
+#: length T gets a sorted sample of T distinct positions from ``0 .. randomized_max_len - 1``;
+#: evaluation and decoding use ``0 .. T - 1``. None: off.
+_RANDOMIZED = Option(None, _randomized_max_len)
+
 #: Width of the position vector for ``fusion="concat"`` (the token embedding gets the rest).
 _CONCAT_DIM = Option(lambda cfg: cfg.d_model // 2, _positive_int, when=lambda cfg: cfg.fusion == "concat")
 
@@ -124,6 +135,9 @@ def _learned(cfg, options, rng):
     ``multiply`` it starts at ``1 + N(0, sigma^2)`` (the identity of the product)."""
     from . import absolute
 
+    if (options["randomized_max_len"] or 0) > cfg.max_len:
+        raise ValueError(f"position_options['randomized_max_len'] ({options['randomized_max_len']}) must be <= max_len "
+                         f"({cfg.max_len}), the rows of the learned table the sampled positions index")
     table = absolute.LearnedPositionalEmbedding(cfg.max_len, _d_pos(cfg, options), seed=rng, init_std=cfg.init_std)
     w = table.params["weight"].astype(np.dtype(cfg.dtype))
     if cfg.fusion == "multiply":
@@ -190,6 +204,7 @@ class RotaryTables:
         self.scaling = rope_scaling.parse_scaling(rotary_dim, base=options["base"], scaling=options["scaling"],
                                           max_position_embeddings=options["max_position_embeddings"])
         self.xpos_scale_base = xpos_scale_base
+        self.p = options["p"]  # p-RoPE: the kept fraction of the highest frequencies (1 = RoPE)
         self._freqs = None  # (length key, (inv_freq, attention_factor))
         self._kept = None  # (length key, first position, tables)
         self._tables = None  # this call's
@@ -199,11 +214,20 @@ class RotaryTables:
         """``(inv_freq, attention_factor)`` for a length, computed once per length key."""
         key = self.scaling.length_key(seq_len)
         if self._freqs is None or self._freqs[0] != key:
-            self._freqs = (key, self.scaling.frequencies(seq_len))
+            inv_freq, factor = self.scaling.frequencies(seq_len)
+            self._freqs = (key, (self._rope._p_rope(inv_freq, self.p) if self.p != 1.0 else inv_freq, factor))
         return self._freqs[1]
 
-    def begin(self, start: int, length: int, cache) -> None:
-        """Tables for this call; cached keys rotated with other frequencies are moved to the current ones."""
+    def begin(self, start: int, length: int, cache, positions=None) -> None:
+        """Tables for this call; cached keys rotated with other frequencies are moved to the current ones.
+
+        ``positions`` (sorted, without a cache): tables for exactly these positions instead of
+        ``start .. start + length - 1`` (randomized positions), computed directly."""
+        if positions is not None:
+            inv_freq, factor = self.frequencies(int(positions[-1]) + 1)
+            pairs = self._compute(positions, inv_freq, factor)
+            self._tables = (pairs[0], pairs[-1])
+            return
         freq, _ = self.frequencies(start + length)
         if cache is not None:
             old = cache.extra.get("inv_freq")
@@ -268,6 +292,8 @@ _ROTARY = {
     "layout": Option("half", _choice(("half", "interleaved"))),
     "rotary_dim": Option(lambda cfg: cfg.head_dim, lambda v, name: check_int(v, name, minimum=2)),
     "max_position_embeddings": Option(lambda cfg: cfg.max_len, _positive_int),
+    "p": Option(1.0, check_fraction),  # p-RoPE (Barbero et al. 2024): keep the highest fraction p of the frequencies
+    "randomized_max_len": _RANDOMIZED,
 }
 
 
@@ -339,6 +365,16 @@ def _fire(cfg, options, rng):
 def _dpb(cfg, options, rng):
     return _relative().DynamicPositionBias(cfg.n_heads, width=options["width"], depth=options["depth"],
                                            log_distance=options["log_distance"], seed=rng)
+def _kerple(cfg, options, rng):
+    return _relative().KerpleBias(cfg.n_heads, variant=options["variant"], seed=rng)
+
+
+def _sandwich(cfg, options, rng):
+    return _relative().SandwichBias(cfg.n_heads, dim=options["dim"], compression=options["compression"])
+
+
+def _even_int(value, name):
+    return check_even(value, name)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -347,11 +383,14 @@ def _dpb(cfg, options, rng):
 REGISTRY: dict[str, Encoding] = {e.name: e for e in (
     Encoding("none", "none", "NoPE: nothing (causal attention alone carries order)"),
     Encoding("learned", "embedding", "learned table of max_len rows, fused with the token embedding; cannot "
-             "extrapolate", {"dim": _CONCAT_DIM}, _learned),
+             "extrapolate", {"dim": _CONCAT_DIM, "randomized_max_len": _RANDOMIZED}, _learned),
     Encoding("sinusoidal", "embedding", "Vaswani sinusoid, fused with the token embedding",
              {"dim": _CONCAT_DIM, "base": Option(10000.0, _positive_real),
-              "layout": Option("interleaved", _choice(("interleaved", "concat")))}, _sinusoidal),
+              "layout": Option("interleaved", _choice(("interleaved", "concat"))), "randomized_max_len": _RANDOMIZED},
+             _sinusoidal),
     Encoding("rope", "rotation", "rotates q and k per head (any Hugging Face scaling dict)", _ROTARY, _rotary),
+    Encoding("p_rope", "rotation", "RoPE keeping the highest fraction p of the frequencies (default 0.25), the "
+             "rest unrotated (Barbero et al. 2024)", {**_ROTARY, "p": Option(0.25, check_fraction)}, _rotary),
     Encoding("xpos", "rotation", "RoPE with the xPos scale, centre 'none'",
              {**_ROTARY, "scale_base": Option(512.0, _positive_real)}, _xpos),
     Encoding("alibi", "logits", "linear bias -m_h (q - k) (symmetric in the encoder), fixed slopes; the fused "
@@ -376,6 +415,12 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
     Encoding("dpb", "logits", "dynamic position bias: SiLU MLP of sign(r) log(|r|+1) per head",
              {"width": Option(lambda cfg: max(cfg.d_model // 4, 1)), "depth": Option(2),
               "log_distance": Option(True)}, _dpb),
+    Encoding("kerple", "logits", "KERPLE kernel bias -r1 log(1 + r2|m-n|) or -r1 |m-n|^r2, learned per head and "
+             "layer, projected onto r >= 0.01 (power: r2 <= 2)", {"variant": Option("log", _choice(("log", "power")))},
+             _kerple),
+    Encoding("sandwich", "logits", "parameter-free bias: inner product of d'-wide sinusoids minus d'/2, divided by "
+             "8h/H per head", {"dim": Option(128, _even_int), "compression": Option("alibi", _choice(("alibi", "none")))},
+             _sandwich),
 )}
 
 

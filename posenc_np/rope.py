@@ -1,5 +1,5 @@
 r"""Rotary position embedding (RoPE): frequencies, cos/sin tables, rotation and its backward,
-layouts, partial rotary, xPos, 2-D axial RoPE and M-RoPE.
+layouts, partial rotary, p-RoPE, xPos, 2-D axial RoPE and M-RoPE.
 
 Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding", eq. 13-15.
 Channel pairs :math:`(a, b)` are rotated by :math:`t = p\,\omega_i`:
@@ -23,7 +23,8 @@ The rotation uses the first ``cos.shape[-1]`` channels of ``x`` (partial rotary:
 through). Its backward is the transpose, a rotation by :math:`-t` (:func:`apply_backward`).
 Frequency scaling (``linear``, ``dynamic``, ``yarn``, ``longrope``, ``llama3``,
 ``proportional``, static ``ntk``) lives in :mod:`posenc_np.rope_scaling` and is re-exported
-here as :func:`inv_freq`. Tables are exact by default: every float64 entry is within one ulp of
+here as :func:`inv_freq`. p-RoPE (Barbero et al. 2024, arXiv 2410.06205) keeps only the highest
+fraction :math:`p` of any set of frequencies (:func:`p_rope_frequencies`). Tables are exact by default: every float64 entry is within one ulp of
 the exact :math:`\cos`/:math:`\sin` for positions :math:`|p| < 2^{53}` (:mod:`posenc_np._exact`;
 ``docs/precision.md``). See ``docs/rope.md``.
 """
@@ -39,8 +40,8 @@ from . import _exact
 from .kernels import ROPE_NUMBA_MIN_ELEMENTS  # (the package alone: no Numba)
 from ._checks import check_alloc, check_angles, check_choice, check_int
 from ._table_checks import (ROPE_BACKENDS, ROPE_LAYOUTS, check_apply, check_distances, check_frequency_pair,
-                            check_layout_conversion, check_mrope_section, check_qk, check_streams, check_table_args,
-                            check_table_positions, check_xpos)
+                            check_layout_conversion, check_mrope_section, check_p_rope, check_qk, check_streams,
+                            check_table_args, check_table_positions, check_xpos)
 from .rope_scaling import (ROPE_TYPES, inv_freq, llama3_bands, yarn_correction_dim, yarn_correction_range,
                            yarn_get_mscale)
 
@@ -60,6 +61,7 @@ __all__ = [
     "llama3_bands",
     "long_term_decay",
     "mrope_cos_sin",
+    "p_rope_frequencies",
     "patch_positions",
     "rerotate",
     "xpos_cos_sin",
@@ -203,6 +205,50 @@ def _cos_sin(pos, inv_freq, factor: float, layout: str, dtype, method: str = "ex
         f32 = np.float32(factor)
         return _tables(c * f32, s * f32, layout, dtype) if factor != 1.0 else _tables(c, s, layout, dtype)
     return _tables(*_exact_cos_sin(pos, consts, factor), layout, dtype)
+
+
+# --------------------------------------------------------------------------- p-RoPE
+
+def _kept_pairs(n: int, p: float) -> int:
+    r"""p-RoPE's rotating pairs out of ``n``: ``int(p * d // 2)`` with ``d = 2n`` in float64, as Gemma's
+    ``apply_rope`` and Hugging Face ``proportional`` compute it (:math:`\lfloor p n \rfloor` for the
+    float64 value of ``p``)."""
+    return int(p * (2 * n) // 2)
+
+
+def _p_rope(inv_freq: np.ndarray, p: float) -> np.ndarray:
+    """``inv_freq`` with every entry from index ``_kept_pairs`` on set to 0 (a copy)."""
+    out = np.array(inv_freq, dtype=np.float64)
+    out[_kept_pairs(len(out), p):] = 0.0
+    return out
+
+
+def p_rope_frequencies(inv_freq, p: float) -> np.ndarray:
+    r"""p-RoPE (Barbero et al. 2024): keep the highest fraction ``p`` of the frequencies, set the rest to 0.
+
+    With :math:`n` = ``len(inv_freq)`` pairs, the first :math:`k = \lfloor p\,n \rfloor` frequencies
+    are kept and :math:`\omega_i = 0` for :math:`i \ge k` (frequency 0 is the identity rotation, so
+    those pairs pass through). RoPE's frequencies decrease with :math:`i`
+    (:math:`\omega_i = \mathrm{base}^{-2i/d}`, and every scaling keeps that order), so the kept ones
+    are the highest. :math:`k` is computed as Gemma's ``apply_rope`` and Hugging Face's
+    ``proportional`` do, ``int(p * d // 2)`` in float64 with :math:`d = 2n`: the floor of :math:`p n`
+    for the float64 value of ``p`` (``p = 0.29, n = 100`` keeps 28 pairs, since 0.29 is stored as
+    0.28999...). ``p = 1`` is RoPE, ``p = 0`` is NoPE. Applied to the unscaled frequencies of the
+    head dim it equals ``rope_type="proportional"`` with ``factor`` 1.
+
+    Parameters
+    ----------
+    inv_freq : array_like ``(n,)``
+        Frequencies, finite and ``>= 0`` (from :func:`inv_freq`, any scaling).
+    p : float
+        The kept fraction, in ``[0, 1]``.
+
+    Returns
+    -------
+    ndarray ``(n,)`` float64
+    """
+    inv, p = check_p_rope(inv_freq, p)
+    return _p_rope(inv, p)
 
 
 # --------------------------------------------------------------------------- cos/sin, apply, backward

@@ -326,7 +326,8 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
     """Train ``model`` on batches from ``task`` with AdamW, clipping and a cosine schedule.
 
     Runs steps ``start_step .. steps - 1`` (``steps`` is the *total*, so the schedule is
-    the same for a resumed run). Each step: sample a batch with ``rng``, forward,
+    the same for a resumed run). Each step: sample a batch with ``rng`` (and, for a model with
+    randomized positions, its positions: :meth:`~posenc_np.model.Transformer.training_positions`), forward,
     cross-entropy, backward, clip the global gradient norm to ``clip`` (None = no clipping),
     ``lr = cosine_schedule(step, total=steps, lr=lr, warmup=warmup, min_lr=min_lr)``, Adam step.
 
@@ -408,7 +409,9 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
             for step in range(start_step, steps):
                 t0 = time.perf_counter()
                 tokens, targets = task.sample(rng, batch_size)
-                logits = model.forward(tokens)
+                sample = getattr(model, "training_positions", None)  # randomized positions draw after the batch
+                positions = sample(tokens.shape[1], rng) if sample is not None else None
+                logits = model.forward(tokens) if positions is None else model.forward(tokens, positions=positions)
                 loss, ce = softmax_cross_entropy(logits, targets)
                 if not math.isfinite(loss):
                     raise ValueError(f"step {step}: the loss is {loss} (diverged); parameters were not updated")

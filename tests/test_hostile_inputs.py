@@ -304,6 +304,8 @@ ENTRIES = [
     Entry("rope.yarn_correction_range", rope.yarn_correction_range,
           {"dim": 64, "base": 1e4, "original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0,
            "truncate": True}),
+    Entry("rope.p_rope_frequencies", rope.p_rope_frequencies, {"inv_freq": FREQS, "p": 0.5},
+          lambda kw, r: np.shape(kw["inv_freq"])),
     Entry("rope.yarn_get_mscale", rope.yarn_get_mscale, {"scale": 4.0, "mscale": 1.0}),
     # alibi
     Entry("alibi.slopes", alibi.slopes, {"num_heads": 6, "max_bias": 8.0}, lambda kw, r: (kw["num_heads"],)),
@@ -511,6 +513,24 @@ ENTRIES = [
           # is the documented value of a fully masked row)
           {"q": Q, "k": Q, "v": Q, "slopes": np.array([0.5, 0.25]), "causal": True, "scale": 0.5, "q_offset": 2},
           data=("q", "k", "v", "scale")),
+    # relative: KERPLE and Sandwich
+    Entry("relative.kerple_bias", relative.kerple_bias,
+          {"r1": np.array([0.5, 1.0]), "r2": np.array([0.5, 1.5]), "q_len": 2, "k_len": 3, "variant": "power"},
+          lambda kw, r: (2, kw["q_len"], kw["k_len"])),
+    Entry("relative.kerple_bias_backward", relative.kerple_bias_backward,
+          {"dbias": arr(1, 2, 2, 3), "r1": np.array([0.5, 1.0]), "r2": np.array([0.5, 1.5]), "variant": "log"},
+          lambda kw, r: [(2,), (2,)], data=("dbias",)),
+    Entry("relative.KerpleBias", relative.KerpleBias, {"num_heads": 2, "variant": "power", "seed": 0}),
+    Entry("relative.KerpleBias.logits", _hook_call(lambda: relative.KerpleBias(2, seed=0), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))}, data=("q", "k", "scale")),
+    Entry("relative.sandwich_bias", relative.sandwich_bias,
+          {"num_heads": 2, "q_len": 2, "k_len": 3, "dim": 8, "compression": "alibi"},
+          lambda kw, r: (kw["num_heads"], kw["q_len"], kw["k_len"])),
+    Entry("relative.sandwich_ratios", relative.sandwich_ratios, {"num_heads": 3, "compression": "alibi"},
+          lambda kw, r: (kw["num_heads"],)),
+    Entry("relative.SandwichBias", relative.SandwichBias, {"num_heads": 2, "dim": 8, "compression": "none"}),
+    Entry("relative.SandwichBias.logits", _hook_call(lambda: relative.SandwichBias(2, dim=8), "logits"),
+          {"q": Q, "k": Q, "scale": 0.5, "mask": np.tril(np.ones((3, 3), bool))}, data=("q", "k", "scale")),
     # training and testing helpers
     Entry("train.evaluate", lambda tokens, targets, batch_size, beyond: evaluate(
         _model(), tokens, targets, batch_size=batch_size, beyond=beyond),
@@ -525,6 +545,9 @@ ENTRIES = [
           {"vocab_size": 7, "d_model": 8, "n_heads": 2, "n_layers": 1, "d_ff": 8, "max_len": 8, "position": "alibi",
            "fusion": "add", "dtype": "float64", "init_std": 0.02, "seed": 0}),
     Entry("model.Transformer.forward", lambda tokens: _model().forward(tokens), {"tokens": np.array([[1, 2, 3]])},
+          lambda kw, r: np.shape(kw["tokens"]) + (7,)),
+    Entry("model.Transformer.forward.positions", lambda tokens, positions: _model().forward(tokens, positions=positions),
+          {"tokens": np.array([[1, 2, 3]]), "positions": np.array([0, 4, 9])},
           lambda kw, r: np.shape(kw["tokens"]) + (7,)),
     Entry("model.Transformer.generate", lambda prompt, steps: _model().generate(prompt, steps),
           {"prompt": np.array([[1, 2]]), "steps": 2}),

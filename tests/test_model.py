@@ -298,7 +298,8 @@ def test_every_entry_says_where_it_acts_and_resolves_its_defaults():
         assert set(entry.resolve(cfg)) == {k for k, o in entry.options.items() if o.when is None or o.when(cfg)}
     cfg = ModelConfig(vocab_size=7, d_model=8, n_heads=2, position="rope", position_options={"layout": "interleaved"})
     assert REGISTRY["rope"].resolve(cfg) == {"base": 10000.0, "scaling": None, "layout": "interleaved",
-                                             "rotary_dim": 4, "max_position_embeddings": 128}
+                                             "rotary_dim": 4, "max_position_embeddings": 128, "p": 1.0,
+                                             "randomized_max_len": None}
     with pytest.raises(ValueError, match=r"position_options\['layout'\] must be one of"):
         Transformer(ModelConfig(vocab_size=7, d_model=8, n_heads=2, position="rope", position_options={"layout": "x"}))
     with pytest.raises(ValueError, match="unknown position_options for 'learned'"):  # dim only with concat

@@ -46,6 +46,8 @@ ENCODING_MODULES = (
     "posenc_np/relative/bert.py",
     "posenc_np/relative/transformer_xl.py",
     "posenc_np/relative/deberta.py",
+    "posenc_np/relative/kerple.py",
+    "posenc_np/relative/sandwich.py",
 )
 
 VALIDATOR = re.compile(r"^_?(check|validate|require|normali[sz]e|as_)")

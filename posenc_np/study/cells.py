@@ -103,6 +103,10 @@ def _tasks_cell(cfg: StudyConfig, cell: dict) -> list[dict]:
     option = TRAINING_OPTIONS[cell["training"]]
     train_task = training_task(cell["training"], cell["task"], cfg.train_len, cfg.alphabet)
     kwargs = _model_kwargs(cfg, cell, train_task.vocab_size, train_task.seq_len)
+    if option.randomized_positions:  # Ruoss et al.: sample from the range of the longest evaluation sequence
+        longest = max(TASKS[cell["task"]](cfg.train_len * f, cfg.alphabet).seq_len for f in cfg.eval_factors)
+        kwargs = {**kwargs, "max_len": max(kwargs["max_len"], longest),
+                  "position_options": {**kwargs["position_options"], "randomized_max_len": longest}}
     model = Transformer(ModelConfig(**option.model_kwargs(kwargs, "train")))
     final_loss, seconds = _train(model, train_task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr,
                                  warmup=cfg.warmup, cfg=cfg, seed=cell["seed"])

@@ -22,7 +22,7 @@ perplexity; Kazemnejad et al. train on varying lengths (the ``varying`` option w
 
 from __future__ import annotations
 
-from .stats import direction, fmt, separated, tiers
+from .stats import direction, fmt, separated, t_interval, tiers
 
 __all__ = ["section_claims"]
 
@@ -255,29 +255,69 @@ def _scaling(R):
     return rows
 
 
-# --------------------------------------------------------------------------- CoPE, FIRE
+# --------------------------------------------------------------------------- the modern family
 
-def _cope_fire(R):
-    """Golovneva et al. 2024 (CoPE) and Li et al. 2023 (FIRE): lower perplexity past L than their
-    baselines; CoPE at least as good as RoPE on the synthetic tasks past L."""
+#: Which paper claims what about an encoding's LM perplexity past the training length L:
+#: ``(source, claim, encoding, kind, others)``; ``kind`` "below": its perplexity at the longest
+#: evaluation length is below each of ``others`` (non-overlapping intervals); "flat": its
+#: perplexity ratio to 1L never rises separated at any evaluated length past L; "below-at-L":
+#: below ``others`` at the training length itself.
+MODERN_LM_CLAIMS = (
+    ("Chi et al. 2022 (KERPLE)", ("KERPLE (log) extrapolates better than ALiBi and T5: lower perplexity at the "
+                                  "longest length"), "kerple", "below", ("alibi", "t5")),
+    ("Chi et al. 2022 (KERPLE)", "KERPLE's perplexity does not rise past L", "kerple", "flat", ()),
+    ("Chi et al. 2023 (Sandwich)", "Sandwich, parameter-free, does not rise past L (it extrapolates like ALiBi)",
+     "sandwich", "flat", ()),
+    ("Chi et al. 2023 (Sandwich)", "Sandwich extrapolates better than the sinusoidal embedding it is built from",
+     "sandwich", "below", ("sinusoidal",)),
+    ("Barbero et al. 2024 (p-RoPE)", "p-RoPE (p = 0.25) reaches lower perplexity than RoPE at the training length",
+     "p_rope", "below-at-L", ("rope",)),
+    ("Barbero et al. 2024 (p-RoPE)", "p-RoPE degrades less than RoPE past L (lower perplexity at the longest length)",
+     "p_rope", "below", ("rope",)),
+    ("Golovneva et al. 2024 (CoPE)", "CoPE has lower perplexity than RoPE and T5 past the training length", "cope",
+     "below", ("rope", "t5")),
+    ("Li et al. 2023 (FIRE)", "FIRE length-generalizes better than RoPE, ALiBi, KERPLE and T5", "fire", "below",
+     ("rope", "alibi", "kerple", "t5")),
+    ("Wang et al. 2021 (CrossFormer DPB)", ("a bias that is an MLP of the log distance is defined at unseen "
+                                            "lengths: perplexity does not rise past L"), "dpb", "flat", ()),
+)
+
+
+def _modern_lm(R) -> list[tuple]:
+    """The rows of :data:`MODERN_LM_CLAIMS`, on non-overlapping LM perplexity (sliding for none)."""
+    factors = R.cfg.get("lm_eval_factors", [1])
+    base, top = factors[0], factors[-1]
     rows = []
-    if "lm" in R.by_part:
-        top = R.cfg.get("lm_eval_factors", [1])[-1]
+    for source, claim, enc, kind, others in MODERN_LM_CLAIMS:
+        if "lm" not in R.by_part or len(factors) < 2:
+            rows.append(_row(source, claim, UNTESTED, "the lm part was not run"))
+            continue
+        lab = _lm_label(R, enc)
+        if lab is None:
+            rows.append(_row(source, claim, UNTESTED, f"`{enc}` is not in this run's results (not in the registry "
+                                                      "or not in the study's encodings)"))
+            continue
 
-        def ppl(enc):
-            lab = _lm_label(R, enc)
-            return None if lab is None else R.iv("lm", "ppl", label=lab, eval_mode="nonoverlapping", eval_factor=top)
+        def ppl(label, f):
+            return R.iv("lm", "ppl", label=label, eval_factor=f, eval_mode="nonoverlapping")
 
-        for source, enc, rivals in (("Golovneva et al. 2024 (CoPE)", "cope", ("t5", "rope")),
-                                    ("Li et al. 2023 (FIRE)", "fire", ("rope", "t5", "alibi"))):
-            mine = ppl(enc)
-            outcomes = [o for o in (_less(mine, ppl(r)) for r in rivals) if o != "missing"] if mine else []
-            rows.append(_row(source, f"{enc} has lower perplexity than {', '.join(rivals)} at {top}L (non-overlapping)",
-                             _combine(outcomes), f"ppl at {top}L: " + ", ".join(f"{e} {fmt(ppl(e), 3)}"
-                                                                              for e in (enc, *rivals))))
-    else:
-        rows.append(_row("Golovneva et al. 2024; Li et al. 2023", "CoPE and FIRE perplexity past L", UNTESTED,
-                         "the lm part was not run"))
+        if kind == "flat":
+            ivs = {f: R.ratio("lm", "ppl", "eval_factor", base, f, label=lab, eval_mode="nonoverlapping")
+                   for f in factors[1:]}
+            rows.append(_row(source, claim, _never(ivs.values(), "up"),
+                             "; ".join(f"{f}L / {base}L = {fmt(iv, 3)}" for f, iv in ivs.items())))
+            continue
+        f = base if kind == "below-at-L" else top
+        present = [(o, _lm_label(R, o)) for o in others if _lm_label(R, o) is not None]
+        outcomes = [o for o in (_less(ppl(lab, f), ppl(olab, f)) for _, olab in present) if o != "missing"]
+        evidence = f"{f}L: {enc} {fmt(ppl(lab, f))}" + "".join(f" vs {o} {fmt(ppl(olab, f))}" for o, olab in present)
+        rows.append(_row(source, claim, _combine(outcomes) if present else UNTESTED,
+                         evidence if present else f"none of {list(others)} in this run"))
+    return rows
+
+
+def _cope_tasks(R) -> list[tuple]:
+    """Golovneva et al. 2024: CoPE at least as good as RoPE on the synthetic tasks past L."""
     factor = next((f for f in R.cfg.get("eval_factors", []) if f > 1), None) if "tasks" in R.by_part else None
     outcomes, notes = [], []
     if factor is not None:
@@ -290,15 +330,42 @@ def _cope_fire(R):
                 outcomes.append({"yes": "no", "no": "yes", "open": "open"}[o])
                 notes.append(f"{task}: cope {fmt(ivs['cope'])} vs rope {fmt(ivs['rope'])}")
     verdict = UNTESTED if not outcomes else NO if "no" in outcomes else CONSISTENT if "open" in outcomes else YES
-    rows.append(_row("Golovneva et al. 2024 (CoPE)", f"CoPE generalizes past L on the synthetic tasks at least as well "
-                     f"as RoPE (token accuracy at {factor}L)", verdict, "; ".join(notes) or "tasks part, cope or rope "
-                     "not run"))
-    return rows
+    return [_row("Golovneva et al. 2024 (CoPE)", f"CoPE generalizes past L on the synthetic tasks at least as well "
+                 f"as RoPE (token accuracy at {factor}L)", verdict, "; ".join(notes) or "tasks part, cope or rope "
+                 "not run")]
+
+
+def _ruoss(R) -> list[tuple]:
+    """Randomized positions raise token accuracy past L over ``varying`` (the same sizes), per encoding
+    and task, paired by seed (the cells of one seed start from the same weights)."""
+    source, claim = "Ruoss et al. 2023", ("randomized positions raise accuracy past L over the same encoding "
+                                          "trained without them (varying sizes both)")
+    if "tasks" not in R.by_part or "randomized" not in R.options:
+        return [_row(source, claim, UNTESTED, "no `randomized` cells in this run")]
+    baseline = "varying" if "varying" in R.options else "fixed"
+    factor = max(R.cfg["eval_factors"])
+    if factor <= 1:
+        return [_row(source, claim, UNTESTED, "no evaluation past L")]
+    outcomes, notes = [], []
+    for task in R.tasks:
+        for label in R.labels("tasks", task=task, training="randomized"):
+            a = R.values("tasks", "token_accuracy", training=baseline, label=label, task=task, eval_factor=factor)
+            b = R.values("tasks", "token_accuracy", training="randomized", label=label, task=task, eval_factor=factor)
+            seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
+            if not seeds:  # e.g. a learned table cannot run past L without randomized positions
+                notes.append(f"{task}/{label}: only randomized runs at {factor}L")
+                continue
+            iv = t_interval([b[s] - a[s] for s in seeds])
+            d = direction(iv, 0.0)
+            outcomes.append({"up": "yes", "down": "no"}.get(d, "open"))
+            notes.append(f"{task}/{label}: {fmt(iv, 2)}")
+    return [_row(f"{source} ({factor}L, vs {baseline})", claim, _combine(outcomes),
+                 "accuracy difference randomized - baseline: " + "; ".join(notes))]
 
 
 def claim_rows(R) -> list[tuple]:
     """``(source, claim, verdict, evidence)`` for every claim."""
-    return _press(R) + _kazemnejad(R) + _scaling(R) + _cope_fire(R)
+    return _press(R) + _kazemnejad(R) + _scaling(R) + _modern_lm(R) + _cope_tasks(R) + _ruoss(R)
 
 
 def section_claims(R) -> str:

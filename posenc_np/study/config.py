@@ -83,7 +83,7 @@ class StudyConfig:
     d_ff: int = 128
     # tasks
     tasks: list = field(default_factory=lambda: ["copy", "reverse", "lag"])
-    training: tuple = ("fixed", "varying")
+    training: tuple = ("fixed", "varying", "randomized")
     train_len: int = 8
     eval_factors: tuple = (1, 2, 4)
     alphabet: int = 16

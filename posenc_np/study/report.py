@@ -191,22 +191,22 @@ def section_task_details(R: Results) -> str:
     return "\n".join(out).rstrip()
 
 
-def section_option(R: Results, option: str) -> str:
-    """Training option ``option`` against ``fixed``: per-seed difference of token accuracy (same
+def section_option(R: Results, option: str, baseline: str = "fixed") -> str:
+    """Training option ``option`` against ``baseline``: per-seed difference of token accuracy (same
     initial weights for both, so the pairs share their seed)."""
     if option not in R.options:
         return f"No cells with the `{option}` training option in this run."
-    if "fixed" not in R.options:
-        return f"The `{option}` cells have no `fixed` cells to compare with in this run."
+    if baseline not in R.options:
+        return f"The `{option}` cells have no `{baseline}` cells to compare with in this run."
     factors = R.cfg["eval_factors"]
-    out = [(f"Token accuracy under `{option}` minus under `fixed` (paired by seed), mean [95 % interval]; "
+    out = [(f"Token accuracy under `{option}` minus under `{baseline}` (paired by seed), mean [95 % interval]; "
            "**bold**: the interval excludes 0."), ""]
     for task in R.tasks:
         rows = []
         for label in R.labels("tasks", task=task, training=option):
             row = [label]
             for f in factors:
-                a = R.values("tasks", "token_accuracy", training="fixed", label=label, task=task, eval_factor=f)
+                a = R.values("tasks", "token_accuracy", training=baseline, label=label, task=task, eval_factor=f)
                 b = R.values("tasks", "token_accuracy", training=option, label=label, task=task, eval_factor=f)
                 seeds = sorted(s for s in set(a) & set(b) if a[s] is not None and b[s] is not None)
                 iv = t_interval([b[s] - a[s] for s in seeds])
@@ -295,10 +295,10 @@ def section_scaling(R: Results) -> str:
 
 
 def section_randomized(R: Results) -> str:
+    """Randomized positions against ``varying`` (the same example sizes, ordinary positions)."""
     if "randomized" not in R.options:
-        return ("No cells with a `randomized` training option in this run (Ruoss et al. 2023's randomized positions "
-                "are not registered as a training option yet; once they are, this block compares them with `fixed`).")
-    return section_option(R, "randomized")
+        return "No cells with the `randomized` training option (Ruoss et al. 2023) in this run."
+    return section_option(R, "randomized", "varying" if "varying" in R.options else "fixed")
 
 
 #: Settings below which a run is a smoke test rather than the study (the default configuration's).

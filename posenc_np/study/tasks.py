@@ -22,11 +22,19 @@ in ``StudyConfig.training``):
     Kazemnejad et al. 2023: each example's size is drawn uniformly from
     :math:`\{n_{min}, \dots, L\}` (:class:`VaryingLength`), right-padded to the longest
     (padding is never scored and, in a causal decoder, never seen by a scored position).
+``randomized``
+    Ruoss et al. 2023: sizes as ``varying`` (their tasks train on lengths up to :math:`N`), and
+    each training batch's positions are a sorted sample without replacement from
+    :math:`0 \dots M-1`, :math:`M` the longest evaluation sequence
+    (``position_options['randomized_max_len']``; a learned table gets :math:`M` rows);
+    evaluation uses ``0 .. T-1``. Only for the encodings that take positions (embedding and
+    rotation entries: the logit-level ones compute offsets from the shapes). Compare with
+    ``varying``: the same examples, the same initial weights, only the positions differ.
 
-A new option (e.g. Ruoss et al. 2023's randomized positions) is one more
-:class:`TrainingOption` in the dict: it may change the model's configuration for training
-and for evaluation separately (``model_kwargs``), draw examples differently
-(``varying_length``), and say which encodings it applies to (``applies``).
+A new option is one more :class:`TrainingOption` in the dict: it may change the model's
+configuration for training and for evaluation separately (``model_kwargs``), draw examples
+differently (``varying_length``), sample positions over the evaluation range
+(``randomized_positions``), and say which encodings it applies to (``applies``).
 """
 
 from __future__ import annotations
@@ -212,12 +220,23 @@ class TrainingOption:
         parameters into a model built from the ``"eval"`` arguments. Default: unchanged.
     applies : callable ``(encoding) -> bool``
         Whether the option makes sense for an encoding (cells are made only where it does).
+    randomized_positions : bool
+        Train with positions sampled from ``0 .. M-1``, ``M`` the longest evaluation sequence
+        (Ruoss et al. 2023; the cell sets ``position_options['randomized_max_len'] = M`` and
+        ``max_len >= M`` in both phases; evaluation uses ordinary positions).
     """
 
     description: str
     varying_length: bool = False
     model_kwargs: object = _same
     applies: object = _every_encoding
+    randomized_positions: bool = False
+
+
+def _takes_positions(encoding: str) -> bool:
+    from ..registry import REGISTRY
+
+    return "randomized_max_len" in REGISTRY[encoding].options
 
 
 #: Training option name -> :class:`TrainingOption`.
@@ -225,6 +244,9 @@ TRAINING_OPTIONS: dict[str, TrainingOption] = {
     "fixed": TrainingOption("every training example has size L"),
     "varying": TrainingOption("sizes drawn uniformly up to L per example (Kazemnejad et al. 2023)",
                               varying_length=True),
+    "randomized": TrainingOption("sizes as varying; positions a sorted sample from the longest evaluation range "
+                                 "(Ruoss et al. 2023)", varying_length=True, applies=_takes_positions,
+                                 randomized_positions=True),
 }
 
 
