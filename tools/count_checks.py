@@ -48,6 +48,9 @@ ENCODING_MODULES = (
     "posenc_np/relative/deberta.py",
     "posenc_np/relative/kerple.py",
     "posenc_np/relative/sandwich.py",
+    "posenc_np/relative/cope.py",
+    "posenc_np/relative/fire.py",
+    "posenc_np/relative/dpb.py",
 )
 
 VALIDATOR = re.compile(r"^_?(check|validate|require|normali[sz]e|as_)")
