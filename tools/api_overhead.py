@@ -55,20 +55,26 @@ def _median_us(fn, repeat: int, inner: int = 20) -> float:
 
 
 def _captured_kernel_call(call):
-    """The kernel dispatcher and the arguments ``call()`` passes it (captured by a one-off wrapper)."""
-    kernel = krope._rope_kernel
+    """The compiled kernel ``call()`` launches (the parallel one, or the serial one for small
+    calls) and the arguments it passes (captured by one-off wrappers)."""
     seen = {}
+    names = ("_rope_kernel", "_rope_kernel_serial")
+    kernels = {name: getattr(krope, name) for name in names}
 
-    def spy(*args):
-        seen["args"] = args
-        return kernel(*args)
+    def spy_of(kernel):
+        def spy(*args):
+            seen["kernel"], seen["args"] = kernel, args
+            return kernel(*args)
+        return spy
 
-    krope._rope_kernel = spy
+    for name in names:
+        setattr(krope, name, spy_of(kernels[name]))
     try:
         call()
     finally:
-        krope._rope_kernel = kernel
-    return kernel, seen["args"]
+        for name in names:
+            setattr(krope, name, kernels[name])
+    return seen["kernel"], seen["args"]
 
 
 def _calls_per(fn, n: int = 50) -> float:
@@ -91,10 +97,14 @@ def measure_shape(shape, repeat: int) -> dict:
     for _ in range(20):
         apply()
     kernel, args = _captured_kernel_call(apply)
-    out_at = 5  # _rope_kernel(xb, x0, xa, xi, x_step, ob, ...): ob is the flat output buffer
+    # _rope_kernel(xb1, ob1, ..., xb2, ob2, ...): ob1 (and ob2, the same buffer when there is no
+    # second operand) is the flat output buffer, allocated per call as rope.apply does.
+    out1, out2 = 1, 9
 
     def rotation():
-        kernel(*args[:out_at], np.empty_like(args[out_at]), *args[out_at + 1:])
+        ob = np.empty_like(args[out1])
+        kernel(*args[:out1], ob, *args[out1 + 1:out2], ob if args[out2] is args[out1] else args[out2],
+               *args[out2 + 1:])
 
     t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
     row = {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
