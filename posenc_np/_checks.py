@@ -201,23 +201,30 @@ def check_lengths(q_len, k_len, what: str, itemsize_dtype=np.int64) -> tuple[int
     return q_len, k_len
 
 
-def check_out(out, like: np.ndarray, name: str, *others: np.ndarray):
+def check_out_form(out, like: np.ndarray, name: str, like_name: str = "the input"):
     """``out=`` for a result shaped like ``like``: None, or a writeable ndarray of ``like``'s shape
-    and dtype that may *be* ``like`` (the same view: in place) but shares no memory with it
-    otherwise, nor with any of ``others`` (the other inputs), and has no overlapping elements."""
+    and dtype (either byte order) without overlapping elements. Returns ``out``."""
     if out is None:
         return None
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array or None, got {type(out).__name__}")
     if out.shape != like.shape:
-        raise ValueError(f"{name} must have the input's shape {like.shape}, got {out.shape}")
-    if out.dtype != like.dtype:
-        raise TypeError(f"{name} must have the input's dtype {like.dtype}, got {out.dtype}")
+        raise ValueError(f"{name} must have {like_name}'s shape {like.shape}, got {out.shape}")
+    if out.dtype.newbyteorder("=") != like.dtype.newbyteorder("="):
+        raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}, got {out.dtype}")
     if not out.flags.writeable:
         raise ValueError(f"{name} is read-only")
     if any(st == 0 and n > 1 for st, n in zip(out.strides, out.shape)):
         raise ValueError(f"{name} has overlapping elements (a zero stride, strides {out.strides}); "
                          "it cannot hold a result")
+    return out
+
+
+def check_out(out, like: np.ndarray, name: str, *others: np.ndarray):
+    """:func:`check_out_form`, and ``out`` may *be* ``like`` (the same view: in place) but shares
+    no memory with it otherwise, nor with any of ``others`` (the other inputs)."""
+    if check_out_form(out, like, name) is None:
+        return None
     same_view = (out.__array_interface__["data"][0] == like.__array_interface__["data"][0]
                  and out.strides == like.strides)
     for other, what in ((like, "the input"), *((o, "another input") for o in others)):

@@ -67,6 +67,7 @@ from .._checks import (
     as_positions,
     check_angles,
     check_choice,
+    check_out_form,
     check_real,
 )
 from .._checks import shares_memory as _overlaps
@@ -330,20 +331,9 @@ def _check_x(x, name: str) -> np.ndarray:
 
 
 def _check_out(out, x: np.ndarray, name: str, out_name: str):
-    if out is None:
-        return None
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"{out_name} must be a NumPy array or None, got {type(out).__name__}")
-    if out.shape != x.shape:
-        raise ValueError(f"{out_name} must have {name}'s shape {x.shape}, got {out.shape}")
-    if out.dtype.newbyteorder("=") != x.dtype.newbyteorder("="):
-        raise TypeError(f"{out_name} must have {name}'s dtype {x.dtype}, got {out.dtype}")
-    if not out.flags.writeable:
-        raise ValueError(f"{out_name} is read-only")
-    if any(st == 0 and n > 1 for st, n in zip(out.strides, out.shape)):
-        raise ValueError(f"{out_name} has overlapping elements (a zero stride, strides {out.strides}); "
-                         "it cannot hold a result")
-    return out
+    """The kernel's ``out``: the form of :func:`posenc_np._checks.check_out_form`; it may overlap
+    the inputs (the launch copies an input that overlaps its output other than exactly)."""
+    return check_out_form(out, x, out_name, name)
 
 
 def _kernel_ready(a: np.ndarray) -> bool:
