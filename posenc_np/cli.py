@@ -6,7 +6,7 @@ Subcommands::
                               [--hf-config config.json] [--jobs N]
     posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json]
     posenc-np golden list [--only NAME ...] [--hf-config config.json]
-    posenc-np study extrapolation --out DIR [--quick] [--seeds K] [--parts P,...] [--jobs N | --dask-workers N |
+    posenc-np study extrapolation --out DIR [--quick | --full] [--seeds K] [--parts P,...] [--jobs N | --dask-workers N |
                                   --scheduler ADDRESS] [--publish DOCS_DIR]
     posenc-np study report DIR [--publish DOCS_DIR]
     posenc-np precision (--hf-config CONFIG_JSON | --head-dim N ...) --dtype D --max-position P --out DIR
@@ -218,7 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
                                       "LM, RoPE scaling), several seeds per cell, and measure them past L. Each cell "
                                       "is stored as it finishes; rerunning with the same --out resumes.")
     ext.add_argument("--out", required=True, help="output directory (results.json, results.md, figures, cells/)")
-    ext.add_argument("--quick", action="store_true", help="reduced study (under a minute; what the tests run)")
+    size = ext.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="reduced study (under a minute; what the tests run)")
+    size.add_argument("--full", action="store_true",
+                      help="larger study: a third task (reverse) and twice the training (about 80 min on 2 cores)")
     ext.add_argument("--seed", type=int, default=0, help="base random seed")
     ext.add_argument("--seeds", type=int, help="seeds per cell (default 3; 2 with --quick)")
     ext.add_argument("--parts", help="comma-separated subset of tasks,lm,rope_scaling (default: all)")

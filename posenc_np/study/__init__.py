@@ -1,7 +1,7 @@
 r"""Length-extrapolation study: small transformers trained per position encoding at length
 :math:`L` and measured past it, with several seeds per cell and 95 % intervals.
 
-Run it with ``posenc-np study extrapolation --out DIR [--quick] [--seeds K] [--parts ...]
+Run it with ``posenc-np study extrapolation --out DIR [--quick | --full] [--seeds K] [--parts ...]
 [--jobs N | --dask-workers N | --scheduler ADDRESS] [--publish DOCS_DIR]``; regenerate the
 report with ``posenc-np study report DIR [--publish DOCS_DIR]``. ``docs/study.md`` describes
 the design and discusses the committed results.
@@ -37,6 +37,7 @@ from .config import (
                     StudyConfig,
                     cell_id,
                     grid,
+                    full_config,
                     quick_config,
                     scaling_dict,
 )
@@ -62,5 +63,5 @@ from .tasks import (
 __all__ = ["BOS", "IGNORE", "PARTS", "SCALING_METHODS", "SEP", "TASKS", "TRAINING_OPTIONS", "CopyTask", "Dask",
            "InProcess", "Interval", "LMWindows", "LagTask", "ProcessPool", "ResultStore", "ReverseTask", "StudyConfig",
            "TrainingOption", "VaryingLength", "cell_cost", "cell_id", "eval_windows", "grid", "load_corpus",
-           "make_executor", "publish", "quick_config", "report_cli", "run_cell", "run_extrapolation",
+           "full_config", "make_executor", "publish", "quick_config", "report_cli", "run_cell", "run_extrapolation",
            "run_extrapolation_cli", "scaling_dict", "sections", "t_interval", "tiers", "write_report"]

@@ -16,7 +16,7 @@ import numpy as np
 from .._checks import check_int
 from .._version import __version__
 from .cells import run_cell
-from .config import PARTS, StudyConfig, cell_id, grid, quick_config
+from .config import PARTS, StudyConfig, cell_id, full_config, grid, quick_config
 from .corpus import corpus_digests, load_corpus
 from .executors import make_executor
 from .report import SCHEMA, load_results, publish, write_report
@@ -180,7 +180,7 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
 
 def _config_from_args(args) -> StudyConfig:
     seed = check_int(args.seed, "--seed", minimum=0)
-    cfg = quick_config(seed) if args.quick else StudyConfig(seed=seed)
+    cfg = quick_config(seed) if args.quick else full_config(seed) if args.full else StudyConfig(seed=seed)
     if args.seeds is not None:
         cfg.seeds = check_int(args.seeds, "--seeds", minimum=1)
     if args.parts is not None:
