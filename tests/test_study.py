@@ -392,3 +392,18 @@ def test_report_command_regenerates_and_refuses_foreign_files(tmp_path, capsys):
     (tmp_path / "results.json").write_text(json.dumps({"meta": {**meta, "schema": 1}, "records": []}))
     assert cli.main(["study", "report", str(tmp_path)]) == 2
     assert "schema 1" in capsys.readouterr().err
+
+
+def test_size_options_choose_the_configuration(monkeypatch):
+    """--quick and --full pick their presets (mutually exclusive); neither: the default."""
+    from posenc_np.study import full_config, runner
+
+    seen = []
+    monkeypatch.setattr(runner, "run_extrapolation", lambda out, cfg, **kw: seen.append(cfg) or {"failed": []})
+    for flags, want in (([], StudyConfig(seed=4)), (["--full"], full_config(4)), (["--quick"], quick_config(4))):
+        assert cli.main(["study", "extrapolation", "--out", "unused", "--seed", "4", "--no-progress", *flags]) == 0
+        assert seen[-1] == want
+    full, default = full_config(), StudyConfig()
+    assert set(full.tasks) > set(default.tasks) and full.steps == 2 * default.steps and full.lm_steps == 2 * default.lm_steps
+    with pytest.raises(SystemExit):
+        cli.main(["study", "extrapolation", "--out", "unused", "--quick", "--full"])
