@@ -65,7 +65,6 @@ from .. import _exact
 from .._checks import (
     as_float_array,
     as_positions,
-    check_angles,
     check_choice,
     check_out_form,
     check_real,
