@@ -335,6 +335,40 @@ def test_qk_large_parallel_and_empty():
         np.testing.assert_array_equal(gq, ref_rotate(q[:, :q_heads], cos, sin, "half"))
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_qk_output_over_the_other_input(layout):
+    """``out_q`` is ``k`` (or ``out_k`` is ``q``): the other input is read as it was before the
+    call, as NumPy ufuncs do; both tensors are large enough to run on every thread."""
+    rng = np.random.default_rng(23)
+    shape = (2, 8, 256, 64)
+    cos, sin = rope.cos_sin(np.arange(256), inv_freq(64), layout=layout, dtype=np.float32)
+    q0, k0 = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    want_q, want_k = ref_rotate(q0, cos, sin, layout), ref_rotate(k0, cos, sin, layout)
+    q, k = q0.copy(), k0.copy()
+    out_k = np.empty_like(k)
+    rope_apply_qk(q, k, cos, sin, layout=layout, out_q=k, out_k=out_k)
+    np.testing.assert_array_equal(k, want_q)
+    np.testing.assert_array_equal(out_k, want_k)
+    q, k = q0.copy(), k0.copy()
+    rope_apply_qk(q, k, cos, sin, layout=layout, out_q=q, out_k=q[..., ::-1].copy())  # q in place
+    np.testing.assert_array_equal(q, want_q)
+    q, k = q0.copy(), k0.copy()
+    rope_apply_qk(q, k, cos, sin, layout=layout, out_q=np.empty_like(q), out_k=q)
+    np.testing.assert_array_equal(q, want_k)
+
+
+def test_tables_with_different_strides():
+    """cos contiguous, sin a strided view (and the reverse): the kernel lays both out alike."""
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((3, 40, 16))
+    cos, sin = rope.cos_sin(np.arange(40), inv_freq(16), layout="half")
+    sin_t = np.asfortranarray(sin)
+    cos_r = np.ascontiguousarray(cos[::-1])[::-1]
+    want = ref_rotate(x, cos, sin, "half")
+    for c, s in ((cos, sin_t), (cos_r, sin), (cos_r, sin_t)):
+        np.testing.assert_array_equal(rope_apply(x, c, s, layout="half"), want)
+
+
 def test_qk_errors_name_the_argument():
     q = np.zeros((2, 4, 5, 8), np.float32)
     k = np.zeros((2, 2, 5, 8), np.float32)

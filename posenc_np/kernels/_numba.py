@@ -67,6 +67,7 @@ import threading
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before Numba loads libgomp; see the docstring
 
 import numba  # noqa: E402
+from numba.core import compiler as _numba_compiler  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
 
 __all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "launch_guard", "njit_kernel"]
@@ -126,6 +127,16 @@ def cache_dir() -> str | None:
         return _cache_dir
 
 
+class _NoAliasCompiler(_numba_compiler.Compiler):
+    """Numba's compiler, with every pointer argument of the compiled function marked
+    ``noalias`` (the flag Numba sets itself on a ``prange`` body whose arrays it can tell
+    apart). See ``noalias`` in :func:`njit_kernel`."""
+
+    def define_pipelines(self):
+        self.state.flags.noalias = True
+        return super().define_pipelines()
+
+
 def njit_kernel(**overrides):
     """``numba.njit`` with the shared kernel settings; keyword arguments override them.
 
@@ -139,6 +150,8 @@ def njit_kernel(**overrides):
     Helpers called from a kernel (no ``prange``) use ``njit_kernel(parallel=False)``.
     """
     options = dict(parallel=True, cache=True, fastmath=set(FASTMATH), nogil=True, error_model="numpy")
+    if overrides.pop("noalias", False):
+        options["pipeline_class"] = _NoAliasCompiler
     options.update(overrides)
 
     def decorate(func):

@@ -108,13 +108,15 @@ _ELEMENTS_PER_THREAD = 1 << 17
 #                  slower); a call per row costs more than the row.
 #
 # An operand is described by its flat buffers (x, out) and two int64 offset arrays, ``A`` for
-# the outer rows and ``I`` for the inner rows, each with four lines: x, out, cos and sin row
+# the outer rows and ``I`` for the inner rows, each with three lines: x, out and table row
 # offsets (the element offset of row (a, b) is ``A[k, a] + I[k, b]``; origins are folded into
-# ``A``), a second pair ``PA``/``PI`` of two lines (on-the-fly angles: the row of the small
-# "block" and "offset" tables of each table row along the outer and inner axes), and ``meta``:
-# x's and out's channel strides, tables_inner, a_block, b_block, in_place.
+# ``A``; cos and sin are laid out alike, so one table offset serves both), a second pair
+# ``PA``/``PI`` of two lines (on-the-fly angles: the row of the small "block" and "offset"
+# tables of each table row along the outer and inner axes), and ``meta``: x's and out's
+# channel strides, tables_inner, a_block, b_block, in_place. The loops that touch the arrays
+# are compiled ``noalias`` (see ``njit_kernel``): ``_run`` guarantees that no array a kernel
+# writes shares memory with another array argument (in place, ``x`` is not passed at all).
 
-_X, _O, _C, _S = range(4)
 _M_XSTEP, _M_OSTEP, _M_TINNER, _M_ABLOCK, _M_BBLOCK, _M_INPLACE = range(6)
 
 
@@ -190,33 +192,32 @@ def _rotate_row_strided(src, s0, s_step, dst, d0, d_step, ctab, c0, stab, t0, n_
             dst[d0 + j * d_step] = src[s0 + j * s_step]
 
 
-@njit_kernel(parallel=False, fastmath=_FASTMATH)
+@njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
 def _walk(xb, ob, A, I, x_step, o_step, ctab, stab, c_shift, a_lo, a_hi, b_lo, b_hi, n_pairs, width,
           interleaved, sign):
     """Rotate rows ``(a, b)`` for ``a_lo <= a < a_hi`` (outer) and ``b_lo <= b < b_hi`` (inner).
 
-    Row ``(a, b)`` of x starts at ``A[0, a] + I[0, b]``, of out at ``A[1, a] + I[1, b]``, of the
-    tables at ``A[2, a] + I[2, b] + c_shift`` and ``A[3, a] + I[3, b] + c_shift`` (one of the
-    two table offsets is all zeros: the tables vary along the outer or along the inner axes;
-    ``c_shift`` moves the rows into an on-the-fly tile). ``xb is None``: in place (``out`` is
-    ``x``); resolved at compile time.
+    Row ``(a, b)`` of x starts at ``A[0, a] + I[0, b]``, of out at ``A[1, a] + I[1, b]``, of both
+    tables at ``A[2, a] + I[2, b] + c_shift`` (one of the two is all zeros: the tables vary along
+    the outer or along the inner axes; ``c_shift`` moves the rows into an on-the-fly tile).
+    ``xb is None``: in place (``out`` is ``x``); resolved at compile time.
     """
     for a in range(a_lo, a_hi):
         x_a = A[0, a]
         y_a = A[1, a]
-        c_a = A[2, a] + c_shift
-        s_a = A[3, a] + c_shift
+        t_a = A[2, a] + c_shift
         for b in range(b_lo, b_hi):
             y_row = y_a + I[1, b]
+            t_row = t_a + I[2, b]
             if xb is None:
-                _rotate_row(ob, y_row, o_step, ob, y_row, o_step, ctab, c_a + I[2, b], stab, s_a + I[3, b],
+                _rotate_row(ob, y_row, o_step, ob, y_row, o_step, ctab, t_row, stab, t_row,
                             n_pairs, width, interleaved, sign, False)
             else:
-                _rotate_row(xb, x_a + I[0, b], x_step, ob, y_row, o_step, ctab, c_a + I[2, b], stab, s_a + I[3, b],
+                _rotate_row(xb, x_a + I[0, b], x_step, ob, y_row, o_step, ctab, t_row, stab, t_row,
                             n_pairs, width, interleaved, sign, True)
 
 
-@njit_kernel(parallel=False, fastmath=_FASTMATH)
+@njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
 def _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, interleaved):
     r"""The cos/sin rows of table rows ``p_lo <= p < p_hi`` by angle addition, laid out like table rows.
 
@@ -247,7 +248,7 @@ def _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, in
             sb[t0 + jb] = s
 
 
-@njit_kernel(parallel=False, fastmath=_FASTMATH)
+@njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
 def _rotate_block(item, xb, ob, A, I, PA, PI, meta, cb, sb, hc, hs, lc, ls, factor, from_angles,
                   n_pairs, width, interleaved, inverse):
     """Rotate work item ``item`` of one operand: ``a_block`` outer x ``b_block`` inner rows.
@@ -408,28 +409,27 @@ def _blocks(n_outer: int, n_inner: int, threads: int, tile_rows: str, tile_row_b
     return a_block, b_block
 
 
-def _plan(lead, x_strides, out_strides, table_strides, other_strides, threads, tile_row_bytes):
+def _plan(lead, x_strides, out_strides, table_strides, threads, tile_row_bytes):
     """Row offsets, loop order and blocking for one geometry (cached when small, see :data:`_PLANS`).
 
-    ``table_strides``/``other_strides``: the leading strides of ``cos`` and ``sin`` (or of the
-    positions, twice), aligned with ``lead``. The leading axes split into *table axes*
+    ``table_strides``: the leading strides of ``cos`` and ``sin`` (laid out alike), or of the
+    positions, aligned with ``lead``. The leading axes split into *table axes*
     (where the tables vary) and *broadcast axes* (where they repeat); size-1 axes drop out.
     Whichever group has the smaller x stride becomes the inner loop (memory order), so
     ``(B, H, T, D)`` with ``(T, d)`` tables walks each head's ``T`` rows in one run, and
     ``(B, T, H, D)`` with ``(T, 1, d)`` walks each position's ``H`` heads in one run.
 
-    Returns ``(A, I, a_block, b_block, tables_inner, table_rows)``: ``A`` ``(4, outer rows)`` and
-    ``I`` ``(4, inner rows)`` hold the row offsets of x, out and the two tables (zeros along the
+    Returns ``(A, I, a_block, b_block, tables_inner, table_rows)``: ``A`` ``(3, outer rows)`` and
+    ``I`` ``(3, inner rows)`` hold the row offsets of x, out and the tables (zeros along the
     broadcast axes; origins not included), ``table_rows`` the table offsets along the table
     axes (the rows of the positions, with on-the-fly angles).
     """
-    key = (lead, x_strides, out_strides, table_strides, other_strides, threads, tile_row_bytes)
+    key = (lead, x_strides, out_strides, table_strides, threads, tile_row_bytes)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
-    varies = [a != 0 or b != 0 for a, b in zip(table_strides, other_strides)]
-    t_axes = [k for k, n in enumerate(lead) if n > 1 and varies[k]]
-    b_axes = [k for k, n in enumerate(lead) if n > 1 and not varies[k]]
+    t_axes = [k for k, n in enumerate(lead) if n > 1 and table_strides[k]]
+    b_axes = [k for k, n in enumerate(lead) if n > 1 and not table_strides[k]]
 
     def smallest_stride(axes):
         return min((abs(x_strides[k]) for k in axes), default=None)
@@ -441,12 +441,8 @@ def _plan(lead, x_strides, out_strides, table_strides, other_strides, threads, t
     def offsets(strides, axes):
         return _offsets([lead[k] for k in axes], [strides[k] for k in axes])
 
-    def zeros_on_broadcast(strides):
-        return [0 if k in b_axes else st for k, st in enumerate(strides)]
-
-    ct, st = zeros_on_broadcast(table_strides), zeros_on_broadcast(other_strides)
-    A = np.stack([offsets(x_strides, outer), offsets(out_strides, outer), offsets(ct, outer), offsets(st, outer)])
-    I = np.stack([offsets(x_strides, inner), offsets(out_strides, inner), offsets(ct, inner), offsets(st, inner)])
+    A, I = (np.stack([offsets(x_strides, axes), offsets(out_strides, axes), offsets(table_strides, axes)])
+            for axes in (outer, inner))
     a_block, b_block = _blocks(A.shape[1], I.shape[1], threads, "inner" if tables_inner else "outer",
                                tile_row_bytes)
     plan = (_readonly(A), _readonly(I), a_block, b_block, tables_inner, (I if tables_inner else A)[2])
@@ -507,9 +503,11 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
     use = max(1, min(threads, sum(x.size for x, _ in operands) // _ELEMENTS_PER_THREAD))
     if tables is not None:
         cos, sin = (_table_view(_copy_if_overlapping(t, targets)) for t in tables)
+        if cos.strides != sin.strides:  # one row offset serves both tables: lay them out alike
+            cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
         n_pairs = cos.shape[-1] // 2
         cb, c0, cs = _flat(cos, writeable=True)
-        sb, s0, ss = (cb, c0, cs) if sin is cos else _flat(sin, writeable=True)
+        sb = cb if sin is cos else _flat(sin, writeable=True)[0]  # same shape and strides: same origin
         small, factor, tile_row_bytes = _NO_ANGLES[dtype.itemsize], 1.0, 0
     else:
         positions, freqs, inv_freq, factor = angles
@@ -518,7 +516,7 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
         pb, p0, ps = _flat(positions[..., None], writeable=False)
         n_pairs = freqs.shape[0]
         cb = sb = _SCRATCH[dtype.itemsize]  # replaced by a tile in each work item
-        c0 = s0 = 0
+        c0 = 0
         tile_row_bytes = 2 * 2 * n_pairs * dtype.itemsize
     launch = []
     for (x, _), target in zip(operands, targets):
@@ -526,19 +524,18 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
             continue
         if not _kernel_ready(x):
             x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
-        shared = x is target or np.may_share_memory(x, target)
-        in_place = shared and _same_view(x, target)
-        if shared and not in_place and _overlaps(x, target):
+        # An input that overlaps an output (other than exactly its own, in place) is read from
+        # a copy, as NumPy's ufuncs do; the kernel then never sees a written array aliasing
+        # another argument, which its ``noalias`` compilation relies on.
+        in_place = _same_view(x, target)
+        if any(_overlaps(x, g) for g in targets if not (g is target and in_place)):
             x = x.copy()
         n_lead = x.ndim - 1
         xb, x0, xs = _flat(x, writeable=False)
         ob, o0, os_ = _flat(target, writeable=True)
-        if tables is not None:
-            c_lead, s_lead = _lead_strides(cos, cs, n_lead), _lead_strides(sin, ss, n_lead)
-        else:
-            c_lead = s_lead = _lead_strides(positions[..., None], ps, n_lead)
-        A, I, a_block, b_block, tables_inner, table_rows = _plan(x.shape[:-1], xs, os_, c_lead, s_lead, use,
-                                                               tile_row_bytes)
+        t_lead = _lead_strides(cos, cs, n_lead) if tables is not None else _lead_strides(positions[..., None], ps,
+                                                                                        n_lead)
+        A, I, a_block, b_block, tables_inner, table_rows = _plan(x.shape[:-1], xs, os_, t_lead, use, tile_row_bytes)
         PA = PI = _NO_ROWS
         if tables is None:
             # The small angle tables for the positions of the table rows, and the tile
@@ -546,10 +543,10 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
             blk, off, *small = _angle_tables(pb[p0 + table_rows], freqs, inv_freq)
             rows = np.arange(table_rows.shape[0], dtype=np.int64) * (2 * n_pairs)
             tile = (np.zeros_like(A[2]), rows) if tables_inner else (rows, np.zeros_like(I[2]))
-            A, I = (np.concatenate([M[:2], np.stack([t, t])]) for M, t in zip((A, I), tile))
+            A, I = (np.concatenate([M[:2], t[None]]) for M, t in zip((A, I), tile))
             PA, PI = (_NO_ROWS, np.stack([blk, off])) if tables_inner else (np.stack([blk, off]), _NO_ROWS)
-        if x0 or o0 or c0 or s0:
-            A = A + np.array([[x0], [o0], [c0], [s0]], dtype=np.int64)
+        if x0 or o0 or c0:
+            A = A + np.array([[x0], [o0], [c0]], dtype=np.int64)
         meta = np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64)
         n_items = -(-A.shape[1] // a_block) * -(-I.shape[1] // b_block)
         launch.append(tuple(_readonly(a) if a.flags.writeable else a for a in (xb, A, I, PA, PI, meta))
