@@ -385,6 +385,9 @@ def decode(quick: bool = False, torch_python: str | None = None) -> dict:
     from posenc_np import alibi
     from posenc_np.kernels import alibi as kalibi
 
+    from roofline import _read_kernel
+
+    read_kernel = _read_kernel()
     cases = QUICK_DECODE if quick else DECODE
     repeats = 7 if quick else 21
     threads = numba.get_num_threads()
@@ -397,19 +400,26 @@ def decode(quick: bool = False, torch_python: str | None = None) -> dict:
         def call(splits=None):
             return lambda: kalibi.alibi_attention_forward(q, k, v, m, causal=True, scale=scale, key_splits=splits)
 
-        def one_thread():
-            numba.set_num_threads(1)
-            try:
-                call()()
-            finally:
-                numba.set_num_threads(threads)
+        def on_one_thread(fn):
+            def run():
+                numba.set_num_threads(1)
+                try:
+                    fn()
+                finally:
+                    numba.set_num_threads(threads)
+            return run
 
-        times = interleaved_rounds({"auto": call(), "no_splits": call(1), "one_thread": one_thread}, repeats,
-                                   warmup=2)
+        # The read roofline: one pass over k and v (what the kernel must stream), all threads / one.
+        k2, v2 = k.reshape(-1, D), v.reshape(-1, D)
+        acc = np.zeros((64, D), np.float32)
+        read = lambda: read_kernel(k2, v2, acc)  # noqa: E731
+        times = interleaved_rounds({"auto": call(), "no_splits": call(1), "one_thread": on_one_thread(call()),
+                                    "read": read, "read_one_thread": on_one_thread(read)}, repeats, warmup=2)
         rows.append({"q_len": q_len, "K": k_len, "H": heads, "splits": kalibi._key_splits(None, heads * -(
             -q_len // kalibi.BLOCK_Q), k_len), **{f"{k}_s": t for k, t in times.items()}})
         print(f"  decode q={q_len} K={k_len} H={heads}: auto {1e3 * times['auto']:.2f} ms, "
-              f"1 thread {1e3 * times['one_thread']:.2f} ms", flush=True)
+              f"1 thread {1e3 * times['one_thread']:.2f} ms; read of k, v {1e3 * times['read']:.2f} / "
+              f"{1e3 * times['read_one_thread']:.2f} ms", flush=True)
     torch_version = None
     if torch_peers.torch_version(torch_python):
         peer = torch_peers.run(torch_python, "decode", {"D": D, "torch_threads": 2, "cases": [
@@ -420,9 +430,13 @@ def decode(quick: bool = False, torch_python: str | None = None) -> dict:
     result = {"rows": rows, "threads": threads, "repeats": repeats, "torch": torch_version}
     target = [r for r in rows if r["q_len"] == 1 and r["K"] == 65536 and r["H"] == 1]
     if target:
-        gain = target[0]["one_thread_s"] / target[0]["auto_s"]
-        result["targets"] = {"q1_H1_64k_speedup_vs_one_thread": {"value": gain, "target": ">= 1.7",
-                                                                 "met": gain >= 1.7}}
+        t = target[0]
+        gain = t["one_thread_s"] / t["auto_s"]
+        result["targets"] = {"q1_H1_64k_speedup_vs_one_thread": {
+            "value": gain, "target": ">= 1.7", "met": gain >= 1.7,
+            "read_scaling": t["read_one_thread_s"] / t["read_s"],
+            "auto_share_of_read_roofline": t["read_s"] / t["auto_s"],
+            "one_thread_share_of_read_roofline": t["read_one_thread_s"] / t["one_thread_s"]}}
     result["markdown"] = _decode_markdown(result)
     return result
 
@@ -440,22 +454,32 @@ def _decode_markdown(res) -> str:
              f"median of {res['repeats']} interleaved rounds (ms). `auto` = the fused kernel as "
              "`alibi.attention` runs it (flash-decoding: `splits` key ranges over the threads, combined exactly); "
              f"`1 thread` = the same with Numba on one thread; `no splits` = `key_splits=1` ({res['threads']} "
-             "threads)." + (" torch SDPA with the float mask row(s), 2 threads, its own process; "
+             "threads). `read` = the in-run read roofline: one pass over `k` and `v` (a Numba sum, "
+             "`bench/roofline.py`), all threads and one thread; `read scaling` = its one-thread / all-threads "
+             "time, the most any kernel that streams `k` and `v` from memory can gain from the threads." + (" torch SDPA with the float mask row(s), 2 threads, its own process; "
                             "`torch.compile` compile time in brackets." if has_torch else ""),
              "",
-             "| q_len | K | H | splits | auto ms | 1 thread ms | auto speed-up vs 1 thread | no splits ms |"
+             "| q_len | K | H | splits | auto ms | 1 thread ms | auto speed-up vs 1 thread | no splits ms "
+             "| read ms: all threads (1 thread) | read scaling |"
              + (" torch eager ms | torch.compile ms |" if has_torch else ""),
-             "|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_torch else "")]
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_torch else "")]
     for r in res["rows"]:
         line = (f"| {r['q_len']} | {r['K']} | {r['H']} | {r['splits']} | {1e3 * r['auto_s']:.2f} | "
                 f"{1e3 * r['one_thread_s']:.2f} | {r['one_thread_s'] / r['auto_s']:.2f}x | "
-                f"{1e3 * r['no_splits_s']:.2f} |")
+                f"{1e3 * r['no_splits_s']:.2f} | {1e3 * r['read_s']:.2f} ({1e3 * r['read_one_thread_s']:.2f}) | "
+                f"{r['read_one_thread_s'] / r['read_s']:.2f}x |")
         if has_torch:
             line += f" {torch_cell(r.get('torch'))} | {torch_cell(r.get('torch_compile'), True)} |"
         lines.append(line)
     for key, t in (res.get("targets") or {}).items():
         lines += ["", f"Target: q_len 1, H = 1, 64k keys on all threads vs one thread: {t['value']:.2f}x "
-                      f"({t['target']}: {'met' if t['met'] else 'NOT met'})."]
+                      f"({t['target']}: {'met' if t['met'] else 'NOT met'}). In the same rounds, reading `k` and "
+                      f"`v` once (32 MiB) gains {t['read_scaling']:.2f}x from the threads; the kernel runs at "
+                      f"{100 * t['auto_share_of_read_roofline']:.0f} % of that read roofline on all threads and "
+                      f"{100 * t['one_thread_share_of_read_roofline']:.0f} % on one."
+                      + (" A kernel that streams k and v from memory cannot gain more than the read itself, so "
+                         "the target is above what this machine's memory system allows for this case."
+                         if not t["met"] and t["read_scaling"] < 1.7 else "")]
     return "\n".join(lines)
 
 

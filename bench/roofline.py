@@ -49,6 +49,31 @@ def _triad_kernel():
     return _TRIAD
 
 
+_READ = None
+
+
+def _read_kernel():
+    """``read(a, b, acc)``: reads two ``(rows, d)`` arrays once (``acc[chunk] += a[i] + b[i]``),
+    chunks over the threads: the bandwidth a kernel that streams ``a`` and ``b`` cannot beat."""
+    global _READ
+    if _READ is None:
+        import numba
+
+        from posenc_np.kernels._numba import njit_kernel
+
+        @njit_kernel()
+        def read(a, b, acc):
+            n, chunks = a.shape[0], acc.shape[0]
+            for c in numba.prange(chunks):
+                row = acc[c]
+                for i in range(c * n // chunks, (c + 1) * n // chunks):
+                    for j in range(a.shape[1]):
+                        row[j] += a[i, j] + b[i, j]
+
+        _READ = read
+    return _READ
+
+
 def median_time(fn, repeats: int) -> tuple[float, list]:
     """Median wall time of ``fn()`` over ``repeats`` calls, after one untimed warm-up call."""
     fn()

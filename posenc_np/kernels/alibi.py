@@ -80,6 +80,8 @@ Memory: besides the outputs (and ``lse``), each work item allocates a few
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import numpy as np
@@ -102,6 +104,20 @@ __all__ = ["ALIBI_NUMBA_MIN_T", "BLOCK_K", "BLOCK_Q", "KERNEL_DTYPES", "alibi_at
 BLOCK_Q = 64
 BLOCK_K = 64
 
+#: Forward query tiles of at most this many rows (decoding: one or a few queries) form their
+#: two tile products with plain loops instead of ``np.dot``: a BLAS call costs more than the
+#: product of a 1-row tile. Measured on the 2-core box, one thread, 64k keys, d = 64: a
+#: 1-query call 5.8 -> 4.3 ms, a 16-query call 21 -> 16 ms; at 64 rows BLAS stays ahead
+#: (T = 2048 prefill 97 ms with BLAS, 104 ms with loops). Calls whose tiles all take the
+#: loops skip the BLAS thread limit too (threadpoolctl costs ~50 us per call).
+SMALL_Q = 16
+
+#: Shortest key range of a flash-decoding split (``key_splits=None``). Measured on the 2-core
+#: box, one query, one head, d = 64: 4096 keys in 4 ranges of 1024 took 0.31 ms on 2 threads
+#: against 0.29 ms on one (a one-pass read of those keys gains nothing from a second thread
+#: either); 16384 keys gain 1.1-1.4x.
+MIN_SPLIT_KEYS = 4096
+
 # ALIBI_NUMBA_MIN_T (the backend="auto" switch) is defined in posenc_np.kernels so that reading
 # it does not import Numba; it is re-exported here.
 
@@ -120,10 +136,16 @@ _helper = njit_kernel(parallel=False)
 KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
+@functools.lru_cache(maxsize=64)
+def _name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached (NumPy computes it in Python, ~2 us, and a call asks a dozen times)."""
+    return dtype.name
+
+
 def _dtypes(arrays, names) -> tuple[np.dtype, np.dtype]:
     """``(compute, io)``: float64 if any input is float64, else float32; outputs in the inputs'
     common dtype (float16 or bfloat16 stay themselves when all inputs share them)."""
-    kinds = {a.dtype.name for a in arrays}
+    kinds = {_name(a.dtype) for a in arrays}
     if not kinds <= set(KERNEL_DTYPES):
         raise TypeError(f"{'/'.join(names)} must be float16, bfloat16, float32 or float64 arrays, got dtypes "
                         f"{', '.join(str(a.dtype) for a in arrays)}")
@@ -150,14 +172,14 @@ def _f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
 def _items(a: np.ndarray, compute) -> np.ndarray:
     """``a`` as C-contiguous ``(items, len, width)`` in the compute dtype (one copy at most)."""
     a3 = a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:])
-    if a.dtype.name == "bfloat16":
+    if _name(a.dtype) == "bfloat16":
         return _bf16_to_f32(a3).astype(compute, copy=False)
     return np.ascontiguousarray(a3, dtype=compute)
 
 
 def _to_io(a: np.ndarray, io) -> np.ndarray:
     """A compute-dtype result in the inputs' dtype (rounded once)."""
-    if io.name == "bfloat16":
+    if _name(io) == "bfloat16":
         return _f32_to_bf16_bits(a).view(io)
     return a.astype(io, copy=False)
 
@@ -180,7 +202,7 @@ def _check_inputs(q, k, v, slopes, causal, scale, q_offset):
     causal = check_bool(causal, "causal")
     scale = check_real(scale, "scale", positive=True)
     q_offset = k_len - q_len if q_offset is None else check_int(q_offset, "q_offset")
-    if {a.dtype.name for a in (q, k, v)} <= set(KERNEL_DTYPES):  # (other dtypes are refused by _dtypes)
+    if {_name(a.dtype) for a in (q, k, v)} <= set(KERNEL_DTYPES):  # (other dtypes are refused by _dtypes)
         _check_distances(q_len, k_len, q_offset, _dtypes((q, k, v), ("q", "k", "v"))[0])
     return q, k, v, slopes, causal, scale, q_offset, group
 
@@ -194,8 +216,8 @@ def _key_splits(key_splits, work: int, k_len: int) -> int:
     """How many key ranges each (head, query tile) is split into (flash-decoding).
 
     ``None`` (auto): 1 when the (head, query tile) items already give every thread two,
-    else enough ranges for about two items per thread, each at least ``4 * BLOCK_K`` keys
-    long (a shorter range costs more to combine than it saves).
+    else enough ranges for about two items per thread, each at least :data:`MIN_SPLIT_KEYS`
+    keys long (a shorter range costs more in thread wake-up and combining than it saves).
     """
     if key_splits is not None:
         return check_int(key_splits, "key_splits", minimum=1)
@@ -204,7 +226,7 @@ def _key_splits(key_splits, work: int, k_len: int) -> int:
     threads = numba.get_num_threads()
     if threads == 1 or work >= 2 * threads:
         return 1
-    return max(1, min(-(-2 * threads // work), k_len // (4 * BLOCK_K)))
+    return max(1, min(-(-2 * threads // work), k_len // MIN_SPLIT_KEYS))
 
 
 def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_offset=None, key_splits=None):
@@ -267,7 +289,8 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
         work = n_items * -(-q_len // BLOCK_Q)
         splits = _key_splits(key_splits, work, k_len)
         sc, ninf = compute.type(scale), compute.type(-np.inf)
-        with launch_guard(), blas_single_thread(), _threads_for(work * splits):
+        blas = blas_single_thread() if q_len > SMALL_Q else contextlib.nullcontext()
+        with launch_guard(), blas, _threads_for(work * splits):
             if splits == 1:
                 _forward_kernel(q3, k3, v3, mneg, group, causal, sc, q_offset, ninf, out, lse)
             else:
@@ -611,6 +634,33 @@ def _row_dots(x, y, out):
         out[a] = t
 
 
+@njit_kernel(parallel=False, noalias=True)  # writes only s / pv, never an input
+def _small_qkt(q_a, k_n, j0, s):
+    """``s = q_a @ k_n[j0:j0 + bk].T`` for at most :data:`SMALL_Q` query rows, without a BLAS call."""
+    bq, bk = s.shape
+    d = q_a.shape[1]
+    for a in range(bq):
+        for b in range(bk):
+            t = s.dtype.type(0)
+            for c in range(d):
+                t += q_a[a, c] * k_n[j0 + b, c]
+            s[a, b] = t
+
+
+@njit_kernel(parallel=False, noalias=True)  # writes only s / pv, never an input
+def _small_pv(s, v_n, j0, pv):
+    """``pv = s @ v_n[j0:j0 + bk]`` for at most :data:`SMALL_Q` query rows, without a BLAS call."""
+    bq, bk = s.shape
+    dv = pv.shape[1]
+    for a in range(bq):
+        for c in range(dv):
+            pv[a, c] = 0
+        for b in range(bk):
+            p = s[a, b]
+            for c in range(dv):
+                pv[a, c] += p * v_n[j0 + b, c]
+
+
 @_helper
 def _attend_range(q_a, k_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, row_max, row_sum, alpha, pv,
                   s_buf):
@@ -621,9 +671,15 @@ def _attend_range(q_a, k_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, 
     for j0 in range(j_lo, j_hi, BLOCK_K):
         bk = min(BLOCK_K, j_hi - j0)
         s = s_buf[: bq * bk].reshape((bq, bk))
-        np.dot(q_a, k_n[j0:j0 + bk].T, s)
+        if bq <= SMALL_Q:
+            _small_qkt(q_a, k_n, j0, s)
+        else:
+            np.dot(q_a, k_n[j0:j0 + bk].T, s)
         _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha)
-        np.dot(s, v_n[j0:j0 + bk], pv)
+        if bq <= SMALL_Q:
+            _small_pv(s, v_n, j0, pv)
+        else:
+            np.dot(s, v_n[j0:j0 + bk], pv)
         _rescale_add(acc, alpha, pv)
 
 
