@@ -15,8 +15,9 @@ attention: matmul, masked_fill, softmax, matmul; ``torch.optim.AdamW``, ``clip_g
 first step, which compiles the forward and backward graphs, is reported separately and not
 timed), in a separate process (``bench/torch_peers.py``: torch's OpenMP runtime must not share
 a process with Numba's). Ours runs with its BLAS (OpenBLAS) limited to ``n`` threads via
-threadpoolctl. Each reports the median of several timed windows (tokens/s); the two run one
-after the other, not interleaved, so drift on a shared machine can bias the ratio.
+threadpoolctl. Windows alternate: each round times one window of ours and then one window of
+each torch mode (the torch worker waits for the next request between its windows), and the
+report gives medians and the median of the per-round ratios.
 """
 
 from __future__ import annotations
@@ -154,33 +155,56 @@ def _limits(threads):
 
 
 def run(quick: bool = False, torch_python: str | None = None) -> dict:
-    """Measure tokens/s; returns numbers and a Markdown table (key ``"markdown"``)."""
+    """Measure tokens/s; returns numbers and a Markdown table (key ``"markdown"``).
+
+    Rounds alternate one window of ours with one window of each torch mode (a worker process,
+    ``torch_peers.TrainPeer``), so a change in machine load hits every implementation alike;
+    besides the medians, each ratio is also reported as the median of its per-round ratios.
+    """
     steps, windows, warm = SCHEDULE[quick]
     data = batches(0, steps)
     results = {"config": dict(CONFIG), "steps_per_window": steps, "windows": windows, "torch": None,
-               "tokens_per_s": {}}
-    for threads in (2, 1):
-        with _limits(threads):
-            step = _ours_stepper()
-            for tok, tgt in data[:warm]:
-                step(tok, tgt)
-            samples = [window(step, data) for _ in range(windows)]
-        results["tokens_per_s"][f"numpy@{threads}"] = {"median": statistics.median(samples), "min": min(samples),
-                                                       "max": max(samples)}
+               "tokens_per_s": {}, "paired_ratio": {}}
+    peer = None
     if torch_python:
         import torch_peers
 
-        peer = torch_peers.run(torch_python, "train", {"threads": [2, 1], "steps": steps, "windows": windows,
-                                                        "warm": warm})
-        results["torch"] = peer.pop("torch")
-        results["tokens_per_s"].update(peer)
+        peer = torch_peers.TrainPeer(torch_python, {"threads": [2, 1], "steps": steps, "warm": warm})
+        results["torch"] = peer.ready.pop("torch")
+    try:
+        for threads in (2, 1):
+            keys = [k for k, v in (peer.ready.items() if peer else ()) if k.endswith(f"@{threads}")
+                    and "error" not in v]
+            samples = {k: [] for k in [f"numpy@{threads}"] + keys}
+            with _limits(threads):
+                step = _ours_stepper()
+                for tok, tgt in data[:warm]:
+                    step(tok, tgt)
+                for _ in range(windows):
+                    samples[f"numpy@{threads}"].append(window(step, data))
+                    for key in keys:
+                        samples[key].append(peer.window(key))
+            for key, xs in samples.items():
+                results["tokens_per_s"][key] = {"median": statistics.median(xs), "min": min(xs), "max": max(xs),
+                                                **peer.ready.get(key, {})} if peer else {
+                    "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+                if key in keys:
+                    results["paired_ratio"][key] = statistics.median(
+                        o / t for o, t in zip(samples[f"numpy@{threads}"], xs))
+            for key in (peer.ready if peer else ()):
+                if key.endswith(f"@{threads}") and "error" in peer.ready[key]:
+                    results["tokens_per_s"][key] = peer.ready[key]
+    finally:
+        if peer:
+            peer.close()
     results["markdown"] = _markdown(results)
     return results
 
 
 def _markdown(results) -> str:
     tps = results["tokens_per_s"]
-    lines = ["| implementation | threads | tokens/s (median) | range | posenc_np / this | first step |",
+    lines = ["| implementation | threads | tokens/s (median) | range | posenc_np / this: medians (per round) "
+             "| first step |",
              "|---|---|---|---|---|---|"]
     for threads in (2, 1):
         ours = tps[f"numpy@{threads}"]
@@ -193,7 +217,9 @@ def _markdown(results) -> str:
             if "error" in v:
                 lines.append(f"| {label} | {threads} | failed: {v['error']} | | | |")
                 continue
-            ratio = "" if key.startswith("numpy") else f"{ours['median'] / v['median']:.2f}"
+            paired = results.get("paired_ratio", {}).get(key)
+            ratio = "" if key.startswith("numpy") else (f"{ours['median'] / v['median']:.2f}"
+                                                        + (f" ({paired:.2f})" if paired else ""))
             if ratio:
                 results[f"ratio_{key}"] = ours["median"] / v["median"]
             first = f"{v['first_step_s']:.1f} s" if "first_step_s" in v else ""
@@ -204,7 +230,10 @@ def _markdown(results) -> str:
     c = CONFIG
     return (f"Training step throughput, vocab {c['vocab_size']}, d_model {c['d_model']}, {c['n_heads']} heads, "
             f"{c['n_layers']} layers, d_ff {c['d_ff']}, batch {c['batch_size']} x {c['seq_len']} tokens, float32, "
-            "learned positions, AdamW + clipping. torch in its own process; `first step` = the untimed first "
+            f"learned positions, AdamW + clipping. {results['windows']} rounds of {results['steps_per_window']} "
+            "steps; each round times one window of ours, then one of each torch mode (its own process, "
+            "waiting for the next request between windows), so load changes hit all alike. Ratio: of the "
+            "medians, and in brackets the median of the per-round ratios. `first step` = the untimed first "
             "step (for `torch.compile`: graph capture and C++ compilation of forward and backward).\n\n"
             + "\n".join(lines) + "\n")
 

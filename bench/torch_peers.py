@@ -13,12 +13,14 @@ new shape (trace, lower, C++ build), reported separately; steady state = median 
 after it. When compilation fails (no C++ compiler, unsupported op) the row says so.
 
 Usage (normally through ``bench/run.py``): ``python bench/torch_peers.py SECTION SPEC_JSON``
-prints one JSON line. Sections: ``version``, ``rope``, ``decode``, ``train``. (The ALiBi table's
+prints one JSON line. Sections: ``version``, ``rope``, ``decode``; ``train-serve`` is the
+worker of :class:`TrainPeer` (training windows on request, interleaved with ours). (The ALiBi table's
 torch rows run in ``bench/bench_alibi.py``'s per-size workers, which also measure peak memory.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -156,29 +158,76 @@ def _decode(torch, spec):
     return {"rows": rows}
 
 
-def _train(torch, spec):
-    """The training step of ``bench/bench_train.py`` in torch: eager, and the model compiled."""
+class TrainPeer:
+    """A torch worker that times one training window per request, so that ``bench/bench_train.py``
+    can alternate its own windows with torch's (drift on a shared machine then hits both alike).
+
+    ``TrainPeer(python, spec)`` starts ``python torch_peers.py train-serve SPEC`` (``spec``:
+    ``threads``, ``steps``, ``warm``), which builds the eager and compiled steppers for every
+    thread count, runs their first step (compile time) and warm-up, and reports them
+    (:attr:`ready`: ``{key: {"first_step_s"} or {"error"}}``, keys ``torch-eager@2`` ...).
+    :meth:`window` (key) returns the tokens/s of one window; :meth:`close` ends the worker.
+    """
+
+    def __init__(self, python: str, spec: dict, timeout: float = 900):
+        env = dict(os.environ)
+        env.pop("OMP_WAIT_POLICY", None)  # torch under its own threading defaults
+        self._proc = subprocess.Popen([python, os.path.abspath(__file__), "train-serve", json.dumps(spec)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=HERE)
+        self.ready = self._reply()
+
+    def _reply(self) -> dict:
+        line = self._proc.stdout.readline()
+        if not line:
+            err = self._proc.stderr.read()[-3000:]
+            raise RuntimeError(f"torch train peer failed:\n{err}")
+        return json.loads(line)
+
+    def window(self, key: str) -> float:
+        self._proc.stdin.write(key + "\n")
+        self._proc.stdin.flush()
+        return self._reply()["tokens_per_s"]
+
+    def close(self):
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def _train_serve(torch, spec):
+    """Worker side of :class:`TrainPeer`: the training step of ``bench/bench_train.py`` in torch,
+    eager and with the model compiled, one timed window per line read from stdin."""
     sys.path.insert(0, HERE)
     import bench_train  # the model definition lives next to its posenc_np twin
 
-    out = {}
+    batches = bench_train.batches(0, spec["steps"])
+    steppers, ready = {}, {}
     for threads in spec["threads"]:
         for mode in ("eager", "compile"):
             key = f"torch-{mode}@{threads}"
             try:
                 step = bench_train.torch_stepper(threads, compiled=mode == "compile")
-                batches = bench_train.batches(0, spec["steps"])
                 t0 = time.perf_counter()
                 step(*batches[0])  # compiles the forward and backward graphs
-                first = time.perf_counter() - t0
+                ready[key] = {"first_step_s": time.perf_counter() - t0}
                 for tok, tgt in batches[1:spec["warm"]]:
                     step(tok, tgt)
-                windows = [bench_train.window(step, batches) for _ in range(spec["windows"])]
-                out[key] = {"median": statistics.median(windows), "min": min(windows), "max": max(windows),
-                            "first_step_s": first}
+                steppers[key] = (threads, step)
             except Exception as exc:
-                out[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-    return out
+                ready[key] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+    ready["torch"] = torch.__version__
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        threads, step = steppers[line.strip()]
+        torch.set_num_threads(threads)
+        print(json.dumps({"tokens_per_s": bench_train.window(step, batches)}), flush=True)
+    return None
 
 
 def main(argv=None) -> int:
@@ -189,8 +238,11 @@ def main(argv=None) -> int:
     if section == "version":
         print(json.dumps({"torch": torch.__version__}))
         return 0
+    if section == "train-serve":
+        _train_serve(torch, spec)
+        return 0
     torch.set_num_threads(spec.get("torch_threads", os.cpu_count() or 1))
-    work = {"rope": _rope, "decode": _decode, "train": _train}[section]
+    work = {"rope": _rope, "decode": _decode}[section]
     result = work(torch, spec)
     result["torch"] = torch.__version__
     print(json.dumps(result))
