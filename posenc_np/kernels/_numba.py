@@ -9,6 +9,12 @@ gets the same guarantees:
     ``nogil=True``, ``error_model="numpy"`` (``x / 0`` gives inf/NaN, not an exception).
     Compilation is lazy (no signatures): a kernel compiles on its first call, for the
     argument types of that call, and later processes load it from the on-disk cache.
+    ``noalias=True`` compiles the function with every pointer argument marked ``noalias`` (the
+    promise Numba itself makes for a ``prange`` body whose arrays it can tell apart): LLVM then
+    vectorises loops that read one array and write another without run-time overlap checks
+    (the RoPE row loop, L2-resident rows: 25-45 % less time per row in place and out of
+    place, measured on the 2-core box). Only for functions whose callers
+    guarantee that no array they write shares memory with another array argument.
 ``FASTMATH``
     ``{"nsz", "arcp", "contract", "afn", "reassoc"}``: everything in ``fastmath=True``
     *except* ``nnan`` and ``ninf``, so inf/NaN inputs, ``-inf`` masks and online softmax
