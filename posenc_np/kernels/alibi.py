@@ -517,10 +517,17 @@ def _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha):
 
     ``s`` holds Q_a K_b^T; query row ``a`` is at position ``pos0 + a``, key column ``b`` at
     ``j0 + b``. Updates the running max/sum and writes the rescale factors ``alpha``.
+
+    The distance ``q - k`` is a float counter stepped by one per key, not ``ft(base - b)``: the
+    int64 -> float conversion has no AVX2 instruction and kept these loops scalar (an exp loop
+    of a 64 x 64 tile 10.5 -> 6.3 us). Both are the exact integer (distances are at most 2^24
+    in float32, 2^53 in float64: ``check_exact_distances``), so the logits are unchanged. The
+    same holds in :func:`_dq_scores` and :func:`_dkdv_scores`.
     """
     bq, bk = s.shape
     ft = s.dtype.type
     zero = ft(0)
+    one = ft(1)
     nan = ninf - ninf
     for a in range(bq):
         base = pos0 + a - j0  # query position minus key position, for b = 0
@@ -528,15 +535,18 @@ def _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha):
         srow = s[a]
         mx = row_max[a]
         nan_seen = False
+        dist = ft(base)  # q - k as a float counter (see _fwd_scores' note)
         if causal:
             for b in range(kept):  # bias -m (q - k), q - k = base - b >= 0
-                x = srow[b] * scale + m * ft(base - b)
+                x = srow[b] * scale + m * dist
+                dist -= one
                 srow[b] = x
                 mx = x if x > mx else mx
                 nan_seen |= x != x
         else:
             for b in range(bk):  # bias -m |k - q|
-                x = srow[b] * scale + m * ft(abs(base - b))
+                x = srow[b] * scale + m * abs(dist)
+                dist -= one
                 srow[b] = x
                 mx = x if x > mx else mx
                 nan_seen |= x != x
@@ -588,6 +598,7 @@ def _dq_scores(s, dp, pos0, j0, causal, m, scale, ninf, lse_a, delta_a):
     """``s`` (Q_a K_b^T) becomes dS = P * (dP - D) with P = exp(S - lse), in place."""
     bq, bk = s.shape
     ft = s.dtype.type
+    one = ft(1)
     for a in range(bq):
         base = pos0 + a - j0
         kept = min(bk, max(0, base + 1)) if causal else bk
@@ -597,13 +608,16 @@ def _dq_scores(s, dp, pos0, j0, causal, m, scale, ninf, lse_a, delta_a):
         d_i = delta_a[a]
         srow = s[a]
         dprow = dp[a]
+        dist = ft(base)  # q - k, a float counter (see _fwd_scores)
         if causal:
             for b in range(kept):
-                p = _exp(srow[b] * scale + m * ft(base - b) - lse_i)
+                p = _exp(srow[b] * scale + m * dist - lse_i)
+                dist -= one
                 srow[b] = p * (dprow[b] - d_i)
         else:
             for b in range(kept):
-                p = _exp(srow[b] * scale + m * ft(abs(base - b)) - lse_i)
+                p = _exp(srow[b] * scale + m * abs(dist) - lse_i)
+                dist -= one
                 srow[b] = p * (dprow[b] - d_i)
         for b in range(kept, bk):
             srow[b] = 0
@@ -615,6 +629,7 @@ def _dkdv_scores(st, dpt, pos0, j0, causal, m, scale, ninf, lse_a, delta_a):
     bk, bq = st.shape
     ft = st.dtype.type
     zero = ft(0)
+    one = ft(1)
     for b in range(bk):
         base = pos0 - (j0 + b)  # position of query a minus key position is base + a
         first = min(bq, max(0, -base)) if causal else 0  # causal keeps a >= -base
@@ -627,17 +642,20 @@ def _dkdv_scores(st, dpt, pos0, j0, causal, m, scale, ninf, lse_a, delta_a):
             # (loops over views from index 0: an index Numba cannot prove non-negative gets
             # a wrap-around check that blocks vectorisation, 6x slower here)
             strow, dprow, lse_v, delta_v = strow[first:], dprow[first:], lse_a[first:], delta_a[first:]
-            base += first
+            dist = ft(base + first)  # q - k, a float counter (see _fwd_scores)
             for a in range(bq - first):
                 lse_i = lse_v[a]
-                p = _exp(strow[a] * scale + m * ft(base + a) - lse_i)
+                p = _exp(strow[a] * scale + m * dist - lse_i)
+                dist += one
                 p = zero if lse_i == ninf else p
                 strow[a] = p
                 dprow[a] = p * (dprow[a] - delta_v[a])
         else:
+            dist = ft(base)
             for a in range(bq):
                 lse_i = lse_a[a]
-                p = _exp(strow[a] * scale + m * ft(abs(base + a)) - lse_i)
+                p = _exp(strow[a] * scale + m * abs(dist) - lse_i)
+                dist += one
                 p = zero if lse_i == ninf else p
                 strow[a] = p
                 dprow[a] = p * (dprow[a] - delta_a[a])
