@@ -535,7 +535,7 @@ def _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha):
         srow = s[a]
         mx = row_max[a]
         nan_seen = False
-        dist = ft(base)  # q - k as a float counter (see _fwd_scores' note)
+        dist = ft(base)  # q - k as a float counter (see the docstring)
         if causal:
             for b in range(kept):  # bias -m (q - k), q - k = base - b >= 0
                 x = srow[b] * scale + m * dist
