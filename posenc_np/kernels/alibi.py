@@ -177,6 +177,10 @@ def _items(a: np.ndarray, compute) -> np.ndarray:
     a3 = a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:])
     if _name(a.dtype) == "bfloat16":
         return _bf16_to_f32(a3).astype(compute, copy=False)
+    if a.dtype == np.float16:
+        wide = np.empty(a3.shape, np.float32)
+        _half_to_float(np.ascontiguousarray(a3).view(np.uint16).reshape(-1), wide.reshape(-1))
+        return wide.astype(compute, copy=False)
     return np.ascontiguousarray(a3, dtype=compute)
 
 
@@ -184,6 +188,10 @@ def _to_io(a: np.ndarray, io) -> np.ndarray:
     """A compute-dtype result in the inputs' dtype (rounded once)."""
     if _name(io) == "bfloat16":
         return _f32_to_bf16_bits(a).view(io)
+    if io == np.float16:
+        bits = np.empty(a.shape, np.uint16)
+        _float_to_half(np.ascontiguousarray(a, dtype=np.float32).reshape(-1), bits.reshape(-1))
+        return bits.view(np.float16)
     return a.astype(io, copy=False)
 
 
@@ -422,6 +430,39 @@ def _bits_to_f64(typingctx, x):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], ir.DoubleType())
     return types.float64(types.int64), codegen
+
+
+@intrinsic
+def _half_bits_to_f32(typingctx, x):
+    """IEEE half bits (uint16) to float32, exactly (LLVM ``fpext``: ``vcvtph2ps`` with F16C)."""
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+    return types.float32(types.uint16), codegen
+
+
+@intrinsic
+def _f32_to_half_bits(typingctx, x):
+    """float32 to IEEE half bits, rounded to nearest, ties to even (LLVM ``fptrunc``)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+    return types.uint16(types.float32), codegen
+
+
+# float16 <-> float32 at the door. NumPy's casts run at ~3 ns per element here (1M elements:
+# 3.2 ms one way, 6.7 ms back), which made float16 attention 1.3-1.5x the float32 time at
+# T = 2048; these vectorised, threaded loops give the same bits (IEEE conversions, tested
+# against NumPy on every half bit pattern).
+
+@njit_kernel()
+def _half_to_float(bits, out):
+    for i in prange(bits.shape[0]):
+        out[i] = _half_bits_to_f32(bits[i])
+
+
+@njit_kernel()
+def _float_to_half(x, bits):
+    for i in prange(x.shape[0]):
+        bits[i] = _f32_to_half_bits(x[i])
 
 
 @_helper
