@@ -3,6 +3,7 @@ what a KV cache holds across the dynamic-NTK / LongRoPE switch-over."""
 
 import math
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -12,7 +13,10 @@ EPS = np.finfo(np.float64).eps
 
 
 def plain(d, base=10000.0):
-    return base ** (-np.arange(0, d, 2) / d)
+    """base^(-2i/d), each correctly rounded (mpmath at 40 digits): NumPy's ``**`` is not
+    correctly rounded, and its last bit can change between NumPy releases (NumPy 2.4.6 broke a bit-exact comparison)."""
+    with mpmath.workdps(40):
+        return np.array([float(mpmath.mpf(base) ** (-mpmath.mpf(i) / d)) for i in range(0, d, 2)])
 
 
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
