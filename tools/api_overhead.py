@@ -1,6 +1,6 @@
 """Time ``rope.apply`` against the rotation it launches: how much of a public call is overhead.
 
-Usage: ``python tools/api_overhead.py [--repeat N] [--json]``.
+Usage: ``python tools/api_overhead.py [--repeat N] [--json] [--cpu] [--shape B,H,T,D ...]``.
 
 For each shape (``(B, H, T, D)`` float32, ``(T, D)`` tables from ``rope.cos_sin``, layout
 ``half``, ``backend="auto"``, which picks the Numba kernel at these sizes) it reports
@@ -119,8 +119,18 @@ def measure_shape(shape, repeat: int) -> dict:
     return row
 
 
-def measure(repeat: int) -> list[dict]:
-    return [measure_shape(shape, repeat) for shape in SHAPES]
+def measure(repeat: int, shapes=SHAPES) -> list[dict]:
+    return [measure_shape(shape, repeat) for shape in shapes]
+
+
+def _shape(text: str) -> tuple:
+    try:
+        shape = tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shape must be four integers B,H,T,D, got {text!r}") from None
+    if len(shape) != 4 or min(shape) < 1 or shape[3] % 2:
+        raise argparse.ArgumentTypeError(f"--shape must be four positive integers B,H,T,D with D even, got {text!r}")
+    return shape
 
 
 def main(argv=None) -> int:
@@ -129,10 +139,12 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--cpu", action="store_true", help="time with the process's CPU time, not wall time "
                         "(stable on a shared machine; run with NUMBA_NUM_THREADS=1 so the kernel runs in this thread)")
+    parser.add_argument("--shape", type=_shape, action="append",
+                        help=f"B,H,T,D (repeatable; default {' and '.join(','.join(map(str, s)) for s in SHAPES)})")
     args = parser.parse_args(argv)
     global CLOCK
     CLOCK = time.process_time if args.cpu else time.perf_counter
-    rows = measure(args.repeat)
+    rows = measure(args.repeat, args.shape or SHAPES)
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
