@@ -41,23 +41,12 @@ def scale(x):
 
 
 @numba.njit(parallel=True, fastmath=FASTMATH)
-def half_in_place(x, c, s, one_row):
+def half_one_loop(x, c, s, y, one_row):
+    """Both half-rows stored in one loop; ``y`` may be ``x`` (in place: each pair is loaded first)."""
     rows, d = x.shape
     n = d // 2
     for r in numba.prange(rows):
         t = 0 if one_row else r % c.shape[0]
-        for i in range(n):
-            a, b = x[r, i], x[r, i + n]
-            x[r, i] = a * c[t, i] - b * s[t, i]
-            x[r, i + n] = a * s[t, i + n] + b * c[t, i + n]
-
-
-@numba.njit(parallel=True, fastmath=FASTMATH)
-def half_out_one_loop(x, c, s, y):
-    rows, d = x.shape
-    n = d // 2
-    for r in numba.prange(rows):
-        t = r % c.shape[0]
         for i in range(n):
             a, b = x[r, i], x[r, i + n]
             y[r, i] = a * c[t, i] - b * s[t, i]
@@ -106,10 +95,10 @@ def main(argv=None) -> int:
     sweep = np.ones(600 << 18, np.float32)
     fns = {
         "scale": lambda: scale(x.reshape(-1)),
-        "half in place": lambda: half_in_place(x, *half, False),
-        "half in place, one table row": lambda: half_in_place(x, *half, True),
+        "half in place": lambda: half_one_loop(x, *half, x, False),
+        "half in place, one table row": lambda: half_one_loop(x, *half, x, True),
         "library: half in place": lambda: rope_apply(x3, *half, layout="half", out=x3),
-        "half out, one loop": lambda: half_out_one_loop(x, *half, y),
+        "half out, one loop": lambda: half_one_loop(x, *half, y, False),
         "half out, two loops": lambda: half_out_two_loops(x, *half, y),
         "library: half out": lambda: rope_apply(x3, *half, layout="half", out=y3),
         "interleaved out": lambda: interleaved_out(x, *inter, y),
