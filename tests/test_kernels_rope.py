@@ -23,16 +23,19 @@ dtype (float32, float64) for the whole file (and is cached on disk for later run
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
 
 from posenc_np import rope
+from posenc_np.kernels import rope as krope
 from posenc_np.kernels import (
     ROPE_NUMBA_MIN_ELEMENTS,
     _numba,
@@ -506,6 +509,83 @@ def test_nan_and_inf_propagate_like_numpy(layout, dtype):
         np.testing.assert_array_equal(np.isnan(got_a), np.isnan(want))
         np.testing.assert_array_equal(np.isinf(got_a), np.isinf(want))
         np.testing.assert_array_equal(np.sign(got_a[np.isinf(got_a)]), np.sign(want[np.isinf(want)]))
+
+
+# --------------------------------------------------------------------------- planned launches
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inverse", [False, True])
+def test_planned_launch_uses_each_calls_arrays(layout, dtype, inverse):
+    """The first call of a C-contiguous geometry plans its launch; later calls take the plan with
+    their own x, out and tables (new values every step), out of place, into a new array, in place
+    and q with k. Every result is the formula's, bit for bit."""
+    rng = np.random.default_rng(21)
+    krope._LAUNCHES.clear()
+    for step in range(3):
+        x = rng.standard_normal((2, 3, 17, 12)).astype(dtype)
+        k = rng.standard_normal((2, 1, 17, 12)).astype(dtype)
+        cos, sin = rope.cos_sin(rng.integers(0, 9000, size=17), inv_freq(8), layout=layout, dtype=dtype)
+        want, want_k = ref_rotate(x, cos, sin, layout, inverse), ref_rotate(k, cos, sin, layout, inverse)
+        out = np.empty_like(x)
+        assert rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=out) is out
+        np.testing.assert_array_equal(out, want)
+        np.testing.assert_array_equal(rope_apply(x, cos, sin, layout=layout, inverse=inverse), want)
+        y = x.copy()
+        assert rope_apply(y, cos, sin, layout=layout, inverse=inverse, out=y) is y
+        np.testing.assert_array_equal(y, want)
+        q_rot, k_rot = rope_apply_qk(x, k, cos, sin, layout=layout, inverse=inverse)
+        np.testing.assert_array_equal(q_rot, want)
+        np.testing.assert_array_equal(k_rot, want_k)
+        if step == 0:  # out of place (new or given out), in place, q and k: three plans
+            assert len(krope._LAUNCHES) == 3
+    assert len(krope._LAUNCHES) == 3  # the later steps took them
+
+
+def test_planned_launch_keeps_no_array_alive():
+    x = np.random.default_rng(22).standard_normal((2, 4, 9, 8)).astype(np.float32)
+    cos, sin = rope.cos_sin(np.arange(9), inv_freq(8), layout="half", dtype=np.float32)
+    out = np.empty_like(x)
+    for _ in range(2):
+        rope_apply(x, cos, sin, layout="half", out=out)
+    refs = [weakref.ref(a) for a in (x, cos, sin, out)]
+    del x, cos, sin, out
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_calls_outside_the_planned_form_take_the_general_path():
+    """Strided, read-only, misaligned or overlapping arrays get no plan (the general path copies
+    or aliases them), even after the same shapes were planned; results stay the formula's."""
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((3, 10, 8))
+    cos, sin = rope.cos_sin(np.arange(10), inv_freq(8), layout="half")
+    want = ref_rotate(x, cos, sin, "half")
+    np.testing.assert_array_equal(rope_apply(x, cos, sin, layout="half"), want)  # planned
+    frozen_cos = cos.copy()
+    frozen_cos.flags.writeable = False
+    buf = np.zeros(x.size + 1)
+    cases = {
+        "strided x": (rng.standard_normal((3, 10, 16))[..., ::2], None, cos, sin),
+        "read-only tables": (x, None, frozen_cos, sin),
+        "broadcast tables": (x, None, np.broadcast_to(cos, (3,) + cos.shape), np.broadcast_to(sin, (3,) + cos.shape)),
+        "out a new view of x": (x.copy(), "view", cos, sin),
+        "out over the tables": (x, "cos", cos.copy(), sin),
+        "out one element past x": (buf[:-1].reshape(x.shape), "shifted", cos, sin),
+    }
+    for name, (xc, how, c, s) in cases.items():
+        if how == "shifted":
+            xc[...] = x
+        out = {"view": xc[...] if how == "view" else None, "shifted": buf[1:].reshape(x.shape),
+               "cos": None}.get(how)
+        if how == "cos":  # out shares the tables' memory: (10, 8) tables inside a (3, 10, 8) out
+            big = np.empty(x.shape)
+            big[0] = c
+            c, out = big[0], big
+        expect = ref_rotate(xc, np.array(c), np.array(s), "half")
+        assert krope._launch_key([(xc, out)], (c, s), "half", False) is None, name
+        got = rope_apply(xc, c, s, layout="half", out=out)
+        np.testing.assert_array_equal(got, expect, err_msg=name)
 
 
 def test_deterministic_run_to_run():

@@ -479,6 +479,9 @@ def _remember(cache: dict, key, value):
 # kernel with the same shapes again and again. Large geometries are not cached (building
 # their offsets is cheap next to the kernel, and they would pin memory).
 _PLANS: dict = {}
+# Planned launches of recent geometries whose arrays are all C-contiguous (see _launch_key):
+# the kernel arguments other than the arrays of x, out and the tables.
+_LAUNCHES: dict = {}
 _CACHE_LOCK = threading.Lock()
 _PLAN_CACHE_SIZE = 32
 _PLAN_CACHE_ROWS = 1 << 16
@@ -497,6 +500,41 @@ def _num_threads(use: int, threads: int):
         numba.set_num_threads(threads)
 
 
+def _simple(a: np.ndarray) -> bool:
+    """C-contiguous, native, aligned and not empty: the kernel reads it as ``a.reshape(-1)``."""
+    return a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and a.size > 0
+
+
+def _launch_key(operands, tables, layout, inverse):
+    """Key of :data:`_LAUNCHES` for a call whose every array is :func:`_simple`, or None.
+
+    Such a call's launch depends only on shapes, dtype and flags: the flat views are the arrays
+    themselves, and the row offsets, blocks and ``meta`` follow from the shapes. Outputs must
+    share no memory with another argument except exactly their own input (in place), and the
+    tables must be writeable arrays (the type ``_table_view`` gives them), else the general
+    path handles the call (copies, aliasing views). In place means ``out is x``; another view
+    of ``x``'s memory takes the general path too. The thread count is ``key[5]``.
+    """
+    if tables is None:
+        return None
+    cos, sin = tables
+    if not (_simple(cos) and _simple(sin) and cos.flags.writeable and sin.flags.writeable
+            and cos.shape == sin.shape):
+        return None
+    key = [cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), numba.get_num_threads()]
+    arrays = [cos, sin]
+    for x, out in operands:
+        if not (_simple(x) and (out is None or (_simple(out) and out.flags.writeable))):
+            return None
+        in_place = out is x
+        if out is not None and not in_place and any(np.may_share_memory(out, a) for a in arrays + [x]):
+            return None  # (C-contiguous arrays: overlapping ranges share elements)
+        if out is not None:
+            arrays.append(out)
+        key += [x.shape, x.dtype.char, in_place]
+    return tuple(key)
+
+
 def _run(operands, *, layout, inverse, tables=None, angles=None):
     """Plan every operand (row offsets, flat views, blocks) and launch the kernel once for all.
 
@@ -504,7 +542,16 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
     array). ``tables``: ``(cos, sin)``, checked and cast to x's dtype, broadcasting against
     every operand; or ``angles``: ``(positions, inv_freq, factor)`` for one operand. Returns
     the list of results.
+
+    A call whose arrays are all C-contiguous (the common case, see :func:`_launch_key`) plans
+    once per geometry: later calls take the planned launch from :data:`_LAUNCHES` and only swap
+    in their arrays (measured on the 2-core Xeon, ``(1, 4, 128, 128)`` float32 into a reused
+    ``out``: 52 -> 33 us a call, of which ~20 us is the rotation).
     """
+    key = _launch_key(operands, tables, layout, inverse)
+    hit = _LAUNCHES.get(key) if key is not None else None
+    if hit is not None:
+        return _launch_planned(operands, tables, hit, key[5])
     dtype = operands[0][0].dtype
     targets, results = [], []
     for x, out in operands:
@@ -574,14 +621,34 @@ def _run(operands, *, layout, inverse, tables=None, angles=None):
         args = (xb1, ob1, A1, I1, PA1, PI1, m1, n1, xb2, ob2, A2, I2, PA2, PI2, m2, n2, cb, sb, *small,
                 float(factor), tables is None, n_pairs, operands[0][0].shape[-1], layout == "interleaved",
                 bool(inverse))
-        if use == 1:
-            _rope_kernel_serial(*args)
-        else:
-            with launch_guard(), _num_threads(use, threads):
-                _rope_kernel(*args)
+        _launch(args, use, threads)
+        if key is not None and sum(args[i].shape[1] for i in (2, 3, 10, 11)) <= _PLAN_CACHE_ROWS:
+            # the launch without this call's arrays (never pin them); small plans only, as in _plan
+            _remember(_LAUNCHES, key, (args[2:8], args[10:16], args[18:], use))
     for target, result in zip(targets, results):
         if target is not result:
             result[...] = target
+    return results
+
+
+def _launch(args, use: int, threads: int):
+    if use == 1:
+        _rope_kernel_serial(*args)
+    else:
+        with launch_guard(), _num_threads(use, threads):
+            _rope_kernel(*args)
+
+
+def _launch_planned(operands, tables, planned, threads: int):
+    """:func:`_run` for a call of a planned geometry: its arrays into the planned launch."""
+    plan1, plan2, rest, use = planned
+    results = [np.empty_like(x) if out is None else out for x, out in operands]
+    bufs = [(_readonly(x.reshape(-1)), y.reshape(-1)) for (x, _), y in zip(operands, results)]
+    second = bufs[1] if len(bufs) > 1 else bufs[0]
+    cos, sin = tables
+    cb = cos.reshape(-1)
+    args = (*bufs[0], *plan1, *second, *plan2, cb, cb if sin is cos else sin.reshape(-1), *rest)
+    _launch(args, use, threads)
     return results
 
 
