@@ -7,7 +7,7 @@ Sizes: ``study`` is the configuration of ``bench/bench_train.py`` and the positi
 batch 8 x 256 tokens (where the RoPE and ALiBi kernels take over from NumPy). One step =
 forward, cross-entropy, backward, clipping, AdamW, as in ``bench/bench_train.py``. Prints the
 functions with the largest own time (``tottime``) and the share of the step spent in
-``posenc_np/kernels`` (Numba dispatch included). Not part of ``bench/run.py``: a tool for
+``posenc_np/kernels`` (calls entering it from outside, Numba dispatch included). Not part of ``bench/run.py``: a tool for
 deciding what to optimise.
 """
 
@@ -55,6 +55,10 @@ def stepper(size: str, position: str):
     return step
 
 
+def _in_kernels(filename: str) -> bool:
+    return f"posenc_np{os.sep}kernels{os.sep}" in filename
+
+
 def profile(size: str, position: str, steps: int, top: int) -> dict:
     step = stepper(size, position)
     for _ in range(3):  # compile / load kernels, warm caches
@@ -70,8 +74,9 @@ def profile(size: str, position: str, steps: int, top: int) -> dict:
     prof.disable()
     stats = pstats.Stats(prof)
     total = sum(v[2] for v in stats.stats.values())
-    kernels = sum(v[3] for k, v in stats.stats.items() if "posenc_np/kernels" in k[0] and k[2] in (
-        "rope_apply", "rope_apply_qk", "rope_apply_angles", "alibi_attention_forward", "alibi_attention_backward"))
+    # time entering posenc_np/kernels from outside it (every entry point: rope, alibi, layers)
+    kernels = sum(edge[3] for k, v in stats.stats.items() if _in_kernels(k[0])
+                  for caller, edge in v[4].items() if not _in_kernels(caller[0]))
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
     return {"size": size, "position": position, "step_ms": 1e3 * per_step, "kernel_share": kernels / total,
             "top": [(f"{os.path.relpath(k[0], ROOT) if k[0].startswith(ROOT) else k[0]}:{k[1]}({k[2]})",

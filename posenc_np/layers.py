@@ -45,6 +45,19 @@ __all__ = [
 ]
 
 GELU_APPROXIMATIONS = ("tanh", "none")
+LAYER_BACKENDS = ("auto", "numpy", "numba")
+
+
+def _kernel_dtype(*arrays) -> bool:
+    """All float32 or all float64: what the fused kernels of :mod:`posenc_np.kernels.layers` take."""
+    dt = arrays[0].dtype
+    return dt in (np.float32, np.float64) and all(a.dtype == dt for a in arrays)
+
+
+def _kernels():
+    from .kernels import layers  # imported on first use: `import posenc_np.layers` stays free of Numba
+
+    return layers
 
 
 def _rng(rng) -> np.random.Generator:
@@ -139,11 +152,17 @@ class LayerNorm:
     :math:`\partial L/\partial x = r\,\big(g - \overline{g} - \hat x\,\overline{g \odot \hat x}\big)`,
     :math:`\partial L/\partial\gamma = \sum \partial L/\partial y \odot \hat x`,
     :math:`\partial L/\partial\beta = \sum \partial L/\partial y`.
+
+    ``backend``: ``"numpy"`` runs the NumPy code below; ``"numba"`` and ``"auto"`` run the
+    fused kernels :func:`posenc_np.kernels.layers.layer_norm_forward` / ``_backward`` (one pass
+    per row, statistics in float64; 2.5-5x faster at training sizes) when ``x``, ``dy`` and the
+    parameters share the dtype float32 or float64, and the NumPy code otherwise.
     """
 
-    def __init__(self, dim: int, *, eps: float = 1e-5, dtype=np.float32):
+    def __init__(self, dim: int, *, eps: float = 1e-5, dtype=np.float32, backend: str = "auto"):
         self.dim = check_int(dim, "dim", minimum=1)
         self.eps = check_real(eps, "eps", positive=True)
+        self.backend = check_choice(backend, "backend", LAYER_BACKENDS)
         dtype = check_float_dtype(dtype)
         check_alloc((self.dim,), dtype, "LayerNorm gain (dim,)")
         self.params = {"gamma": np.ones(self.dim, dtype=dtype), "beta": np.zeros(self.dim, dtype=dtype)}
@@ -154,6 +173,11 @@ class LayerNorm:
         x = np.asarray(x)
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"LayerNorm.forward: x must end with {self.dim} features, got shape {x.shape}")
+        gamma, beta = self.params["gamma"], self.params["beta"]
+        if self.backend != "numpy" and _kernel_dtype(x, gamma, beta):
+            y, xhat, rstd = _kernels().layer_norm_forward(x, gamma, beta, self.eps)
+            self._cache = (xhat, rstd)  # rstd: float64, x.shape[:-1]
+            return y
         xc = x - _mean_last(x)
         rstd = _mean_last(xc * xc)
         rstd += self.eps
@@ -170,10 +194,15 @@ class LayerNorm:
         _need_forward(self._cache, "LayerNorm")
         xhat, rstd = self._cache
         dy = _check_dy(dy, xhat.shape, "LayerNorm")
+        gamma = self.params["gamma"]
+        if rstd.ndim < xhat.ndim:  # the kernel's forward
+            if _kernel_dtype(dy, xhat, gamma):
+                dx, self.grads["gamma"], self.grads["beta"] = _kernels().layer_norm_backward(dy, xhat, rstd, gamma)
+                return dx
+            rstd = rstd.astype(xhat.dtype)[..., None]
         dy_xhat = dy * xhat
         self.grads["gamma"] = _sum_rows(dy_xhat)
         self.grads["beta"] = _sum_rows(dy)
-        gamma = self.params["gamma"]
         # g = gamma * dy;  dx = r (g - mean(g) - xhat mean(g xhat)), with g xhat = gamma * dy_xhat
         g = dy * gamma
         dx = xhat * _mean_last(dy_xhat * gamma)
@@ -268,17 +297,25 @@ def gelu_backward(dy, x, *, approximate: str = "tanh") -> np.ndarray:
 
 class GELU:
     """GELU as a layer (no parameters). ``approximate="tanh"`` (default, GPT-2 / torch's
-    ``approximate="tanh"``) or ``"none"`` (exact, ``scipy.special.erf``)."""
+    ``approximate="tanh"``) or ``"none"`` (exact, ``scipy.special.erf``).
 
-    def __init__(self, *, approximate: str = "tanh"):
+    ``backend``: ``"numpy"`` runs :func:`_gelu`; ``"numba"`` and ``"auto"`` run the fused
+    :func:`posenc_np.kernels.layers.gelu_tanh` (one pass, 2-5x faster at training sizes) for
+    ``"tanh"`` on float32/float64 input, and :func:`_gelu` otherwise."""
+
+    def __init__(self, *, approximate: str = "tanh", backend: str = "auto"):
         self.approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
+        self.backend = check_choice(backend, "backend", LAYER_BACKENDS)
         self.params: dict = {}
         self.grads: dict = {}
         self._dydx = None
 
     def forward(self, x) -> np.ndarray:
         x = as_float_array(x, "x")
-        y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
+        if self.backend != "numpy" and self.approximate == "tanh" and _kernel_dtype(x):
+            y, self._dydx = _kernels().gelu_tanh(x, GELU_CLIP)
+        else:
+            y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
         return y
 
     def backward(self, dy) -> np.ndarray:

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ._checks import check_int, check_real
+from ._checks import check_choice, check_int, check_real
 
 __all__ = ["Adam", "AdamW", "clip_grad_norm", "cosine_schedule", "global_norm"]
 
@@ -55,6 +55,19 @@ def _check_grads(grads, params: dict, name: str = "grads") -> None:
             raise ValueError(f"{name}[{k!r}] must be a float array of shape {p.shape}, got "
                              f"{type(g).__name__} {getattr(g, 'dtype', '')} {getattr(g, 'shape', '')}")
     _check_finite(grads, name)
+
+
+def _kernel_ready(p, g, m, v) -> bool:
+    """One dtype (float32 or float64), one shape, all C-contiguous: the fused update applies."""
+    return (p.dtype in (np.float32, np.float64) and all(a.dtype == p.dtype and a.shape == p.shape
+                                                         and a.flags.c_contiguous for a in (g, m, v))
+            and p.flags.c_contiguous)
+
+
+def _kernels():
+    from .kernels import layers  # imported on first use: `import posenc_np.optim` stays free of Numba
+
+    return layers
 
 
 def _check_arrays(grads, name: str) -> None:
@@ -88,6 +101,12 @@ class Adam:
         :math:`\\lambda`, decoupled.
     decay : callable ``(name, array) -> bool``, optional
         Which parameters decay; default: arrays with ``ndim >= 2``.
+    backend : {"auto", "numpy", "numba"}
+        ``"numpy"``: the NumPy update below. ``"auto"``/``"numba"``: the fused
+        :func:`posenc_np.kernels.layers.adamw_update` (the same operations in the same order
+        and dtype, bit-identical, ~3x faster per parameter) for every parameter whose
+        ``p``, gradient and moments are C-contiguous arrays of one float32/float64 dtype; the
+        NumPy update for the others.
 
     Attributes
     ----------
@@ -98,7 +117,7 @@ class Adam:
     """
 
     def __init__(self, params: dict, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 0.0, decay=None):
+                 weight_decay: float = 0.0, decay=None, backend: str = "auto"):
         if not isinstance(params, dict) or not params:
             raise TypeError("params must be a non-empty dict of named arrays (model.params)")
         for k, v in params.items():
@@ -110,6 +129,7 @@ class Adam:
         self.betas = _check_betas(betas)
         self.eps = check_real(eps, "eps", positive=True)
         self.weight_decay = check_real(weight_decay, "weight_decay", nonnegative=True)
+        self.backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
         if decay is not None and not callable(decay):
             raise TypeError(f"decay must be a callable (name, array) -> bool or None, got {type(decay).__name__}")
         rule = decay or _default_decay
@@ -131,12 +151,17 @@ class Adam:
         root_bc2 = math.sqrt(1.0 - b2 ** self.t)
         for k, p in self.params.items():
             g, m, v = grads[k], self.m[k], self.v[k]
+            decay = 1.0 - lr * self.weight_decay if self.weight_decay and self.decay[k] else 1.0
+            if self.backend != "numpy" and _kernel_ready(p, g, m, v):
+                _kernels().adamw_update(p, g, m, v, b1=b1, b2=b2, decay=decay, step_size=step_size,
+                                        root_bc2=root_bc2, eps=self.eps)
+                continue
             m *= b1
             m += (1.0 - b1) * g
             v *= b2
             v += (1.0 - b2) * (g * g)
-            if self.weight_decay and self.decay[k]:
-                p *= 1.0 - lr * self.weight_decay
+            if decay != 1.0:
+                p *= decay
             denom = np.sqrt(v)
             denom /= root_bc2
             denom += self.eps

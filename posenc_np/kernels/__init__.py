@@ -8,8 +8,9 @@ import Numba. Accessing a name (``posenc_np.kernels.rope_apply``) imports its su
 (and Numba); a kernel compiles on its first call and is cached on disk (see
 :mod:`posenc_np.kernels._numba` for the cache directory and the shared compile settings).
 
-Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_qk``, ``rope_apply_angles``) and
-:mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``). ``ROPE_NUMBA_MIN_ELEMENTS`` and
+Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_qk``, ``rope_apply_angles``),
+:mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``) and :mod:`~posenc_np.kernels.layers`
+(fused LayerNorm, tanh-GELU and AdamW for the model: ``backend=`` of those classes). ``ROPE_NUMBA_MIN_ELEMENTS`` and
 ``ALIBI_NUMBA_MIN_T``, the ``backend="auto"`` switches, are defined here and need no Numba.
 """
 
@@ -41,7 +42,7 @@ _EXPORTS = {
     "rope_apply_angles": "rope",
     "rope_apply_qk": "rope",
 }
-_SUBMODULES = ("rope", "alibi")
+_SUBMODULES = ("rope", "alibi", "layers")
 
 
 def _alibi_exports() -> dict:
