@@ -118,6 +118,22 @@ def test_decoding_splits_match_reference(q_len, causal):
         assert np.all(np.isfinite(lse))
 
 
+def test_explicit_splits_with_many_items_combine_in_parallel():
+    """key_splits on a call whose (head, query tile) items already fill the threads: the
+    combination then runs as a parallel loop too (the auto path combines on one thread)."""
+    import numba
+
+    rng = np.random.default_rng(31)
+    heads = 4 * max(2, numba.get_num_threads())
+    q, k, v, do = make(rng, (), heads, 1, 3, 700, 8, 8)
+    m = slopes_of(heads)
+    for causal in (True, False):
+        want = reference(q, k, v, m, causal, do, 0.3)
+        out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=0.3, key_splits=4)
+        np.testing.assert_allclose(out, want[0], rtol=F64_TOL, atol=F64_TOL)
+        assert np.all(np.isfinite(lse))
+
+
 def test_auto_splits_only_when_items_are_few(monkeypatch):
     import numba
 

@@ -89,7 +89,7 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import prange, types
+from numba import get_num_threads, prange, types
 from numba.core.extending import intrinsic, overload
 
 from .._checks import check_bool, check_choice, check_int, check_real
@@ -822,44 +822,63 @@ def _forward_split_kernel(q, k, v, mneg, group, causal, scale, off, ninf, splits
         tiles = (j_end + BLOCK_K - 1) // BLOCK_K
         j_lo = min(j_end, (tiles * r // splits) * BLOCK_K)
         j_hi = min(j_end, (tiles * (r + 1) // splits) * BLOCK_K)
-        acc = part_acc[n, r, i0:i1]
-        row_max = part_m[n, r, i0:i1]
-        row_sum = part_l[n, r, i0:i1]
-        acc[:] = 0
-        row_max[:] = ninf
-        row_sum[:] = 0
-        _attend_range(q[n][i0:i1], k[n // group], v[n // group], i0 + off, j_lo, j_hi, causal, mneg[n], scale,
-                      ninf, acc, row_max, row_sum, np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype),
-                      np.empty(bq * BLOCK_K, out.dtype))
-    for t in prange(n_items * n_qt):
-        n = t // n_qt
-        i0 = (t % n_qt) * BLOCK_Q
-        i1 = min(i0 + BLOCK_Q, q_len)
-        bq = i1 - i0
+        # The running state lives in the item's own arrays and is copied out once: the
+        # partial arrays of all ranges share cache lines, which per-tile updates from two cores
+        # would bounce between them.
         acc = np.zeros((bq, d_v), out.dtype)
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
-        for a in range(bq):
-            mx = ninf
-            nan_seen = False
-            for r in range(splits):
-                m_r = part_m[n, r, i0 + a]
-                mx = m_r if m_r > mx else mx
-                nan_seen |= m_r != m_r
-            if nan_seen:
-                mx = ninf - ninf
-            row_max[a] = mx
-            if mx == ninf:
+        _attend_range(q[n][i0:i1], k[n // group], v[n // group], i0 + off, j_lo, j_hi, causal, mneg[n], scale,
+                      ninf, acc, row_max, row_sum, np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype),
+                      np.empty(bq * BLOCK_K, out.dtype))
+        part_acc[n, r, i0:i1] = acc
+        part_m[n, r, i0:i1] = row_max
+        part_l[n, r, i0:i1] = row_sum
+    # The exact combination, one (head, query tile) per call. With fewer items than two per
+    # thread (what key_splits=None gives) it runs on the calling thread: a second parallel
+    # region would wake the sleeping OpenMP threads again for a few microseconds of work.
+    n_out = n_items * n_qt
+    if n_out >= 2 * get_num_threads():
+        for t in prange(n_out):
+            _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf)
+    else:
+        for t in range(n_out):
+            _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf)
+
+
+@_helper
+def _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf):
+    """Rows of (head, query tile) ``t`` from the partial states of its key ranges: rescaled to
+    their common maximum and summed (flash-decoding's combination), then normalised."""
+    q_len, d_v = out.shape[1], out.shape[2]
+    n = t // n_qt
+    i0 = (t % n_qt) * BLOCK_Q
+    i1 = min(i0 + BLOCK_Q, q_len)
+    bq = i1 - i0
+    acc = np.zeros((bq, d_v), out.dtype)
+    row_max = np.full(bq, ninf)
+    row_sum = np.zeros(bq, out.dtype)
+    for a in range(bq):
+        mx = ninf
+        nan_seen = False
+        for r in range(splits):
+            m_r = part_m[n, r, i0 + a]
+            mx = m_r if m_r > mx else mx
+            nan_seen |= m_r != m_r
+        if nan_seen:
+            mx = ninf - ninf
+        row_max[a] = mx
+        if mx == ninf:
+            continue
+        for r in range(splits):
+            m_r = part_m[n, r, i0 + a]
+            if m_r == ninf:  # a range without kept keys contributes nothing
                 continue
-            for r in range(splits):
-                m_r = part_m[n, r, i0 + a]
-                if m_r == ninf:  # a range without kept keys contributes nothing
-                    continue
-                w = _exp(m_r - mx)
-                row_sum[a] += w * part_l[n, r, i0 + a]
-                for c in range(d_v):
-                    acc[a, c] += w * part_acc[n, r, i0 + a, c]
-        _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
+            w = _exp(m_r - mx)
+            row_sum[a] += w * part_l[n, r, i0 + a]
+            for c in range(d_v):
+                acc[a, c] += w * part_acc[n, r, i0 + a, c]
+    _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
 
 
 @njit_kernel()
