@@ -280,7 +280,7 @@ class PositionEncoding:
         if self.entry.attention is not None:
             return self.entry.attention(q, k, v, causal=causal, hook=hook, scale=self.scale)
         keep = attn._keep(None, causal, q.shape[-2], k.shape[-2])
-        return attn._forward(q, k, v, None, keep, self.scale, () if hook is None else (hook,))
+        return attn._forward(q, k, v, None, keep, self.scale, () if hook is None else (hook,), fused_softmax=True)
 
     def attend_backward(self, layer: int, dout, cache):
         fused = self.entry.attention_backward

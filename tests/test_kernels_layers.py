@@ -19,6 +19,10 @@ Tolerances:
   output scale (statistics in float64, each output rounded once); float64 against the NumPy
   reference within 1e-13.
 * AdamW: bit for bit against the NumPy update (the same operations in the same order).
+* Masked softmax: against the reference (``posenc_np.attention._softmax``) and its float64
+  evaluation within 8 eps (the exp within 0.6 / 2 ulp, sums in another order); special values
+  (NaN, +-inf, masked rows) entry for entry equal; the backward within 16 eps, and float64
+  gradient-checked through the attention path that uses it.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from posenc_np import layers, optim
+from posenc_np import attention, layers, optim
 from posenc_np.kernels import layers as kl
+from posenc_np.testing import gradcheck
 
 DTYPES = (np.float32, np.float64)
 
@@ -214,3 +219,81 @@ def test_backend_is_checked():
                  lambda: optim.Adam({"w": np.zeros(2)}, backend="fast")):
         with pytest.raises(ValueError, match="backend"):
             make()
+
+
+# --------------------------------------------------------------------------- masked softmax (attention)
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_matches_the_reference_and_float64(dtype):
+    rng = np.random.default_rng(13)
+    logits = (rng.standard_normal((2, 3, 17, 29)) * 8).astype(dtype)
+    for keep in (None, attention._keep(None, True, 17, 29), rng.random((3, 1, 29)) < 0.7):
+        got = kl.softmax_rows(logits, keep)
+        want = attention._softmax(logits, keep, -1)
+        want64 = attention._softmax(logits.astype(np.float64), keep, -1)
+        assert got.dtype == dtype and got.shape == logits.shape
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(got, want, rtol=8 * eps, atol=8 * eps)
+        np.testing.assert_allclose(got, want64, rtol=8 * eps, atol=8 * eps)
+        np.testing.assert_array_equal(got == 0, want == 0)  # masked entries exactly 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_special_values_like_the_reference(dtype):
+    """NaN rows, +inf (alone, twice, with values past exp's overflow), -inf, fully masked rows:
+    NaN and zero entries exactly where the reference has them, the rest within 8 eps."""
+    inf, nan = np.inf, np.nan
+    logits = np.array([[0.0, 1.0, nan, 2.0, -inf],
+                       [inf, 1.0, 2.0, -inf, 3.0],
+                       [inf, inf, 100.0, 1000.0, 0.0],
+                       [-inf, -inf, -inf, -inf, -inf],
+                       [1e30, -1e30, 0.0, 5.0, -5.0],
+                       [3.0, 1.0, 2.0, 4.0, 0.0],
+                       [nan, inf, 1.0, 2.0, 0.0]], dtype=dtype)
+    keep = np.ones(logits.shape, bool)
+    keep[5] = False  # a fully masked row
+    keep[1, 0] = False  # a masked +inf
+    keep[0, 2] = False  # a masked NaN does not poison its row
+    eps = np.finfo(dtype).eps
+    for k in (keep, None):
+        with np.errstate(all="ignore"):  # inf / inf in the reference (the kernel's +inf rows too)
+            want = attention._softmax(logits, k, -1)
+            got = kl.softmax_rows(logits, k)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(got == 0, want == 0)
+        np.testing.assert_allclose(got, want, rtol=8 * eps, atol=0)  # (NaN positions compare equal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_backward_matches_the_reference(dtype):
+    rng = np.random.default_rng(14)
+    probs = attention._softmax(rng.standard_normal((4, 9, 11)).astype(dtype), None, -1)
+    dprobs = rng.standard_normal((4, 9, 11)).astype(dtype)
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(kl.softmax_rows_backward(dprobs, probs), attention.softmax_backward(dprobs, probs),
+                               rtol=16 * eps, atol=16 * eps)
+
+
+def test_attention_with_fused_softmax_equals_the_reference_and_gradchecks():
+    """The model's path (fused_softmax=True) against attention's NumPy path, forward and
+    backward, and its backward against float64 central differences."""
+    rng = np.random.default_rng(15)
+    q, k, v = (rng.standard_normal((2, 3, 6, 4)) for _ in range(3))
+    keep = attention._keep(None, True, 6, 6)
+    out_f, cache_f = attention._forward(q, k, v, None, keep, 0.5, (), fused_softmax=True)
+    out_r, cache_r = attention._forward(q, k, v, None, keep, 0.5, ())
+    assert cache_f["fused_softmax"] and not cache_r["fused_softmax"]
+    np.testing.assert_allclose(out_f, out_r, rtol=1e-13, atol=1e-14)
+    dout = rng.standard_normal(out_f.shape)
+    g_f, g_r = attention._backward(dout, cache_f), attention._backward(dout, cache_r)
+    for name in ("q", "k", "v"):
+        np.testing.assert_allclose(g_f[name], g_r[name], rtol=1e-12, atol=1e-13)
+
+    def fun(q, k, v):
+        return attention._forward(q, k, v, None, keep, 0.5, (), fused_softmax=True)[0]
+
+    def bwd(g, q, k, v):
+        grads = attention._backward(g, attention._forward(q, k, v, None, keep, 0.5, (), fused_softmax=True)[1])
+        return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
+
+    gradcheck(fun, bwd, {"q": q, "k": k, "v": v}, tol=1e-6, max_entries=None)

@@ -50,7 +50,8 @@ import numpy as np
 from .alibi import _exp
 from ._numba import njit_kernel
 
-__all__ = ["adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward"]
+__all__ = ["adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
+           "softmax_rows_backward"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
@@ -198,6 +199,87 @@ def gelu_tanh(x: np.ndarray, clip: float):
     y, dydx = np.empty_like(flat), np.empty_like(flat)
     _gelu_tanh(flat, float(clip), y, dydx)
     return y.reshape(x.shape), dydx.reshape(x.shape)
+
+
+# --------------------------------------------------------------------------- masked softmax (attention)
+
+@_serial
+def _softmax_rows(x, keep, out, inf_rows):
+    ft = x.dtype.type
+    ninf, inf, zero = ft(-np.inf), ft(np.inf), ft(0)
+    for i in range(x.shape[0]):
+        xr, kr, yr = x[i], keep[i], out[i]  # 1-D rows: plain loops that vectorise
+        m = ninf
+        for j in range(xr.shape[0]):
+            m = max(m, xr[j] if kr[j] else ninf)
+        # A kept NaN needs no test: its exp makes the row's total NaN, and with it every entry
+        # (the reference's row is all NaN too). A kept +inf is left to the caller (rare; any
+        # code for it in these loops, even a call, cost a third of the time).
+        inf_rows[i] = m == inf
+        shift = m if m > ninf else zero  # the kept maximum, or 0 without a kept entry
+        total = zero
+        for j in range(xr.shape[0]):
+            e = _exp(xr[j] - shift)  # argument <= 0 (but with +inf: ignored)
+            e = e if kr[j] else zero
+            yr[j] = e
+            total += e
+        total = ft(1) if total == zero else total
+        for j in range(xr.shape[0]):
+            yr[j] = yr[j] / total
+
+
+@_serial
+def _softmax_rows_backward(dp, p, dx):
+    rows, width = p.shape
+    for i in range(rows):
+        dot = p.dtype.type(0)
+        for j in range(width):
+            dot += dp[i, j] * p[i, j]
+        for j in range(width):
+            dx[i, j] = p[i, j] * (dp[i, j] - dot)
+
+
+def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    r"""Masked softmax over the last axis, as :func:`posenc_np.attention.softmax` (``axis=-1``).
+
+    :math:`p_j = e^{x_j - m} / \sum_{j' \in K} e^{x_{j'} - m}`, :math:`m = \max_{j \in K} x_j`,
+    over the kept entries :math:`K` (``keep`` and not ``-inf``); a row without kept entries
+    is 0, a kept NaN makes its row NaN, and a row with a kept ``+inf`` is computed by the
+    reference itself (NaN at the infinities, 0 elsewhere). Three short loops per row (max,
+    exp with :func:`_exp` and sum, divide) instead of the reference's ~10 array passes.
+
+    Parameters
+    ----------
+    logits : ndarray, float32 or float64, shape ``(..., k)``
+    keep : ndarray of bool broadcastable to ``logits``, or None (keep all)
+
+    Returns
+    -------
+    ndarray
+        The probabilities, ``logits``' shape and dtype.
+    """
+    width = logits.shape[-1]
+    x = np.ascontiguousarray(logits).reshape(-1, width)
+    mask = np.broadcast_to(np.True_ if keep is None else keep, logits.shape).reshape(-1, width)
+    out = np.empty_like(x)
+    inf_rows = np.empty(x.shape[0], dtype=np.bool_)
+    _softmax_rows(x, mask, out, inf_rows)
+    if inf_rows.any():  # rows with a kept +inf: the reference itself (NaN there, 0 elsewhere)
+        from ..attention import _softmax
+
+        rows = np.flatnonzero(inf_rows)
+        out[rows] = _softmax(x[rows], mask[rows], -1)
+    return out.reshape(logits.shape)
+
+
+def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    r"""Backward of :func:`softmax_rows`: :math:`\partial L/\partial x = p \odot (g - \langle g, p\rangle)`
+    per row (``dprobs`` and ``probs`` of one shape and dtype)."""
+    width = probs.shape[-1]
+    p, g = np.ascontiguousarray(probs).reshape(-1, width), np.ascontiguousarray(dprobs).reshape(-1, width)
+    dx = np.empty_like(p)
+    _softmax_rows_backward(g, p, dx)
+    return dx.reshape(probs.shape)
 
 
 # --------------------------------------------------------------------------- AdamW
