@@ -176,6 +176,20 @@ def _fused(*arrays) -> bool:
     return arrays[0].dtype in (np.float32, np.float64) and all(a.dtype == arrays[0].dtype for a in arrays)
 
 
+def _softmax_fused(logits: np.ndarray, keep) -> np.ndarray:
+    """:func:`_softmax` over the last axis by the kernel; the rows it flags (a kept ``+inf``,
+    rare) by :func:`_softmax` itself."""
+    from .kernels import layers as kernels  # first use only: `import posenc_np.attention` stays free of Numba
+
+    probs, inf_rows = kernels.softmax_rows(logits, keep)
+    if inf_rows.any():
+        width = logits.shape[-1]
+        rows = np.flatnonzero(inf_rows)
+        mask = np.broadcast_to(True if keep is None else keep, logits.shape).reshape(-1, width)
+        probs.reshape(-1, width)[rows] = _softmax(logits.reshape(-1, width)[rows], mask[rows], -1)
+    return probs
+
+
 def _forward(q, k, v, bias, keep, scale: float, hooks: tuple, fused_softmax: bool = False):
     """The body of :func:`forward` for checked arguments; ``keep`` is the mask applied.
 
@@ -195,12 +209,7 @@ def _forward(q, k, v, bias, keep, scale: float, hooks: tuple, fused_softmax: boo
         if term is not None:
             logits = logits + check_hook_term(term, target, hook, "logits")
     fused_softmax = fused_softmax and _fused(logits)
-    if fused_softmax:
-        from .kernels import layers as kernels  # first use only: `import posenc_np.attention` stays free of Numba
-
-        probs = kernels.softmax_rows(logits, keep)
-    else:
-        probs = _softmax(logits, keep, -1)
+    probs = _softmax_fused(logits, keep) if fused_softmax else _softmax(logits, keep, -1)
     out = probs @ v
     for hook, hc in zip(hooks, hook_caches):
         term, hc[1] = hook.values(probs)

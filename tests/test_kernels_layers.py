@@ -228,7 +228,8 @@ def test_softmax_rows_matches_the_reference_and_float64(dtype):
     rng = np.random.default_rng(13)
     logits = (rng.standard_normal((2, 3, 17, 29)) * 8).astype(dtype)
     for keep in (None, attention._keep(None, True, 17, 29), rng.random((3, 1, 29)) < 0.7):
-        got = kl.softmax_rows(logits, keep)
+        got, inf_rows = kl.softmax_rows(logits, keep)
+        assert not inf_rows.any()
         want = attention._softmax(logits, keep, -1)
         want64 = attention._softmax(logits.astype(np.float64), keep, -1)
         assert got.dtype == dtype and got.shape == logits.shape
@@ -241,7 +242,9 @@ def test_softmax_rows_matches_the_reference_and_float64(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_softmax_rows_special_values_like_the_reference(dtype):
     """NaN rows, +inf (alone, twice, with values past exp's overflow), -inf, fully masked rows:
-    NaN and zero entries exactly where the reference has them, the rest within 8 eps."""
+    the kernel flags exactly the rows with a kept +inf, and with those given to the reference
+    (attention._softmax_fused) NaN and zero entries are where the reference has them, the rest
+    within 8 eps."""
     inf, nan = np.inf, np.nan
     logits = np.array([[0.0, 1.0, nan, 2.0, -inf],
                        [inf, 1.0, 2.0, -inf, 3.0],
@@ -258,7 +261,9 @@ def test_softmax_rows_special_values_like_the_reference(dtype):
     for k in (keep, None):
         with np.errstate(all="ignore"):  # inf / inf in the reference (the kernel's +inf rows too)
             want = attention._softmax(logits, k, -1)
-            got = kl.softmax_rows(logits, k)
+            got = attention._softmax_fused(logits, k)  # the kernel, its flagged rows by the reference
+        kept = np.ones(logits.shape, bool) if k is None else k
+        np.testing.assert_array_equal(kl.softmax_rows(logits, k)[1], ((logits == np.inf) & kept).any(-1))
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_array_equal(got == 0, want == 0)
         np.testing.assert_allclose(got, want, rtol=8 * eps, atol=0)  # (NaN positions compare equal)

@@ -244,9 +244,10 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 
     :math:`p_j = e^{x_j - m} / \sum_{j' \in K} e^{x_{j'} - m}`, :math:`m = \max_{j \in K} x_j`,
     over the kept entries :math:`K` (``keep`` and not ``-inf``); a row without kept entries
-    is 0, a kept NaN makes its row NaN, and a row with a kept ``+inf`` is computed by the
-    reference itself (NaN at the infinities, 0 elsewhere). Three short loops per row (max,
-    exp with :func:`_exp` and sum, divide) instead of the reference's ~10 array passes.
+    is 0 and a kept NaN makes its row NaN. Rows with a kept ``+inf`` are flagged, not
+    computed: the caller gives them to the reference (``posenc_np.attention`` does; NaN at the
+    infinities, 0 elsewhere). Three short loops per row (max, exp with :func:`_exp` and sum,
+    divide) instead of the reference's ~10 array passes.
 
     Parameters
     ----------
@@ -255,8 +256,10 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 
     Returns
     -------
-    ndarray
-        The probabilities, ``logits``' shape and dtype.
+    probs : ndarray
+        ``logits``' shape and dtype; the flagged rows hold no meaningful values.
+    inf_rows : ndarray of bool, shape ``(logits.size // k,)``
+        The rows (``logits`` flattened to ``(-1, k)``) with a kept ``+inf``.
     """
     width = logits.shape[-1]
     x = np.ascontiguousarray(logits).reshape(-1, width)
@@ -264,12 +267,7 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     out = np.empty_like(x)
     inf_rows = np.empty(x.shape[0], dtype=np.bool_)
     _softmax_rows(x, mask, out, inf_rows)
-    if inf_rows.any():  # rows with a kept +inf: the reference itself (NaN there, 0 elsewhere)
-        from ..attention import _softmax
-
-        rows = np.flatnonzero(inf_rows)
-        out[rows] = _softmax(x[rows], mask[rows], -1)
-    return out.reshape(logits.shape)
+    return out.reshape(logits.shape), inf_rows
 
 
 def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
