@@ -42,8 +42,9 @@ def _check_betas(betas) -> tuple[float, float]:
     return out
 
 
-def _check_grads(grads, params: dict, name: str = "grads") -> None:
-    """``grads`` must be a dict with the keys of ``params``, same shapes, finite values."""
+def _check_grads(grads, params: dict, name: str = "grads", kernel: bool = False) -> None:
+    """``grads`` must be a dict with the keys of ``params``, same shapes, finite values (``kernel``:
+    tested through their fused sums of squares)."""
     if not isinstance(grads, dict):
         raise TypeError(f"{name} must be a dict of named arrays (model.grads), got {type(grads).__name__}")
     if set(grads) != set(params):
@@ -54,7 +55,7 @@ def _check_grads(grads, params: dict, name: str = "grads") -> None:
         if not isinstance(g, np.ndarray) or g.dtype.kind != "f" or g.shape != p.shape:
             raise ValueError(f"{name}[{k!r}] must be a float array of shape {p.shape}, got "
                              f"{type(g).__name__} {getattr(g, 'dtype', '')} {getattr(g, 'shape', '')}")
-    _check_finite(grads, name)
+    _check_finite(grads, name, _sums_of_squares(grads, True) if kernel else None)
 
 
 def _kernel_ready(p, g, m, v) -> bool:
@@ -79,8 +80,28 @@ def _check_arrays(grads, name: str) -> None:
             raise TypeError(f"{name}[{k!r}] must be a float ndarray, got {type(g).__name__} {getattr(g, 'dtype', '')}")
 
 
-def _check_finite(grads: dict, name: str) -> None:
-    for k, g in grads.items():
+def _sums_of_squares(grads: dict, kernel: bool) -> list:
+    """:math:`\\sum g^2` of every array in float64 (NaN and inf propagate): with ``kernel``, one
+    fused pass per C-contiguous float32/float64 array (:func:`posenc_np.kernels.layers.sum_squares`),
+    else ``np.dot`` of a float64 copy. The sums also answer the finiteness test: a finite sum
+    means finite elements."""
+    sums = []
+    for g in grads.values():
+        if kernel and g.flags.c_contiguous and g.dtype in (np.float32, np.float64):
+            sums.append(_kernels().sum_squares(g))
+        else:
+            x = g.ravel().astype(np.float64)
+            with np.errstate(over="ignore"):
+                sums.append(float(np.dot(x, x)))
+    return sums
+
+
+def _check_finite(grads: dict, name: str, sums=None) -> None:
+    """Every array finite; ``sums`` (of :func:`_sums_of_squares`) spares the test of the arrays whose
+    sum is finite (an inf sum may be an overflow of finite squares: those are tested)."""
+    for i, (k, g) in enumerate(grads.items()):
+        if sums is not None and math.isfinite(sums[i]):
+            continue
         if not np.all(np.isfinite(g)):
             raise ValueError(f"{name}[{k!r}] holds NaN or inf (a diverged step: lower the learning rate or clip); "
                              "nothing was updated")
@@ -143,7 +164,7 @@ class Adam:
 
         Gradients holding NaN or inf raise ``ValueError`` before anything is updated.
         """
-        _check_grads(grads, self.params)
+        _check_grads(grads, self.params, kernel=self.backend != "numpy")
         lr = self.lr if lr is None else check_real(lr, "lr", nonnegative=True)
         b1, b2 = self.betas
         self.t += 1
@@ -228,33 +249,44 @@ class Adam:
 AdamW = Adam
 
 
-def global_norm(grads: dict) -> float:
+def global_norm(grads: dict, *, backend: str = "auto") -> float:
     r""":math:`\sqrt{\sum_k \lVert g_k \rVert^2}` over every array, accumulated in float64.
 
     Finite gradients whose squares would overflow float64 are rescaled by their largest
-    magnitude first, so the norm is finite whenever it is representable.
+    magnitude first, so the norm is finite whenever it is representable. ``backend``:
+    ``"numpy"`` sums each array with ``np.dot`` of a float64 copy; ``"auto"``/``"numba"`` with
+    the one-pass kernel :func:`posenc_np.kernels.layers.sum_squares` where the array is
+    C-contiguous float32/float64 (the same sum in another order: within a few ulps).
     """
     _check_arrays(grads, "grads")
-    flats = [g.ravel().astype(np.float64) for g in grads.values()]
-    with np.errstate(over="ignore"):
-        total = sum(float(np.dot(x, x)) for x in flats)
-    if math.isinf(total) and all(np.all(np.isfinite(x)) for x in flats):
+    backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
+    return _norm(grads, _sums_of_squares(grads, backend != "numpy"))
+
+
+def _norm(grads: dict, sums: list) -> float:
+    """The global norm from the per-array sums of squares (see :func:`global_norm`)."""
+    total = sum(sums)
+    if math.isinf(total) and all(np.all(np.isfinite(g)) for g in grads.values()):
+        flats = [g.ravel().astype(np.float64) for g in grads.values()]
         big = max(float(np.max(np.abs(x))) for x in flats if x.size)
         return big * math.sqrt(sum(float(np.dot(x / big, x / big)) for x in flats))
     return math.sqrt(total)
 
 
-def clip_grad_norm(grads: dict, max_norm: float) -> float:
+def clip_grad_norm(grads: dict, max_norm: float, *, backend: str = "auto") -> float:
     r"""Scale every gradient in place by :math:`\min(1, c / (\lVert g \rVert + 10^{-6}))` (as
     ``torch.nn.utils.clip_grad_norm_``) and return the norm *before* clipping.
 
     A gradient holding NaN or inf raises ``ValueError`` naming it, before anything is scaled
-    (a non-finite norm cannot be clipped; torch's ``error_if_nonfinite=True``).
+    (a non-finite norm cannot be clipped; torch's ``error_if_nonfinite=True``). ``backend`` as
+    in :func:`global_norm`; one pass per array serves the norm and the finiteness test.
     """
     max_norm = check_real(max_norm, "max_norm", positive=True)
     _check_arrays(grads, "grads")
-    _check_finite(grads, "grads")
-    total = global_norm(grads)
+    backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
+    sums = _sums_of_squares(grads, backend != "numpy")
+    _check_finite(grads, "grads", sums)
+    total = _norm(grads, sums)
     coef = max_norm / (total + 1e-6)
     if coef < 1.0:
         for g in grads.values():

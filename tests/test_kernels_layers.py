@@ -302,3 +302,43 @@ def test_attention_with_fused_softmax_equals_the_reference_and_gradchecks():
         return {"q": grads["q"], "k": grads["k"], "v": grads["v"]}
 
     gradcheck(fun, bwd, {"q": q, "k": k, "v": v}, tol=1e-6, max_entries=None)
+
+
+# --------------------------------------------------------------------------- gradient norms
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sum_squares_against_float64_dot(dtype):
+    a = np.random.default_rng(16).standard_normal((37, 29)).astype(dtype)
+    x = a.ravel().astype(np.float64)
+    assert kl.sum_squares(a) == pytest.approx(float(np.dot(x, x)), rel=1e-14)
+    assert np.isnan(kl.sum_squares(np.array([1.0, np.nan], dtype))) and kl.sum_squares(np.array([np.inf], dtype)) == np.inf
+
+
+def test_global_norm_and_clipping_agree_across_backends():
+    rng = np.random.default_rng(17)
+    grads = {"w": rng.standard_normal((6, 5)).astype(np.float32), "b": rng.standard_normal(5),
+             "t": rng.standard_normal((5, 6)).T}  # float32, float64 and a strided array (NumPy sum)
+    want = optim.global_norm(grads, backend="numpy")
+    assert optim.global_norm(grads, backend="numba") == pytest.approx(want, rel=1e-14)
+    a, b = ({k: g.copy() for k, g in grads.items()} for _ in range(2))
+    assert optim.clip_grad_norm(a, 0.5, backend="auto") == pytest.approx(optim.clip_grad_norm(b, 0.5, backend="numpy"),
+                                                                         rel=1e-14)
+    for k in grads:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "numba"])
+def test_clipping_refuses_nan_and_inf_but_not_overflowing_squares(backend):
+    huge = {"w": np.full(4, 1e200), "b": np.ones(3)}  # finite, but the squares overflow float64
+    assert optim.global_norm(huge, backend=backend) == pytest.approx(2e200, rel=1e-12)
+    assert optim.clip_grad_norm(huge, 1.0, backend=backend) == pytest.approx(2e200, rel=1e-12)
+    for bad in (np.nan, np.inf):
+        grads = {"w": np.ones((2, 2), np.float32), "b": np.array([1.0, bad], np.float32)}
+        before = {k: g.copy() for k, g in grads.items()}
+        with pytest.raises(ValueError, match=r"grads\['b'\] holds NaN or inf"):
+            optim.clip_grad_norm(grads, 1.0, backend=backend)
+        for k in grads:
+            np.testing.assert_array_equal(grads[k], before[k])  # nothing was scaled
+        opt = optim.Adam({"w": np.ones((2, 2), np.float32), "b": np.ones(2, np.float32)}, backend=backend)
+        with pytest.raises(ValueError, match=r"grads\['b'\] holds NaN or inf"):
+            opt.step(grads)

@@ -1,4 +1,5 @@
-"""Fused kernels for the model's elementwise work: LayerNorm, tanh-GELU and the AdamW update.
+"""Fused kernels for the model's elementwise work: LayerNorm, tanh-GELU, the attention softmax,
+the AdamW update and the sums of squares of gradient clipping.
 
 Each replaces a dozen NumPy calls (and their temporaries) of a reference by one pass over its
 arrays. The references stay the definition and are what the tests compare against:
@@ -51,7 +52,7 @@ from .alibi import _exp
 from ._numba import njit_kernel
 
 __all__ = ["adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
-           "softmax_rows_backward"]
+           "softmax_rows_backward", "sum_squares"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
@@ -278,6 +279,24 @@ def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
     dx = np.empty_like(p)
     _softmax_rows_backward(g, p, dx)
     return dx.reshape(probs.shape)
+
+
+# --------------------------------------------------------------------------- gradient norms
+
+@_serial
+def _sum_squares(x):
+    total = 0.0
+    for i in range(x.shape[0]):
+        v = np.float64(x[i])
+        total += v * v
+    return total
+
+
+def sum_squares(a: np.ndarray) -> float:
+    r""":math:`\sum_i a_i^2` of a C-contiguous float32/float64 array, accumulated in float64, in
+    one pass (gradient clipping's norm and its finiteness test: a NaN or inf element makes the
+    sum NaN or inf; so can float64 elements beyond ~1e154, whose squares overflow)."""
+    return _sum_squares(a.reshape(-1))
 
 
 # --------------------------------------------------------------------------- AdamW
