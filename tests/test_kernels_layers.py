@@ -342,3 +342,52 @@ def test_clipping_refuses_nan_and_inf_but_not_overflowing_squares(backend):
         opt = optim.Adam({"w": np.ones((2, 2), np.float32), "b": np.ones(2, np.float32)}, backend=backend)
         with pytest.raises(ValueError, match=r"grads\['b'\] holds NaN or inf"):
             opt.step(grads)
+
+
+# --------------------------------------------------------------------------- cross-entropy
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_kernel_matches_the_numpy_code(dtype):
+    rng = np.random.default_rng(18)
+    logits = (rng.standard_normal((3, 7, 11)) * 6).astype(dtype)
+    targets = rng.integers(0, 11, size=(3, 7))
+    targets[1, 2] = targets[2, 6] = -100  # ignored
+    eps = np.finfo(dtype).eps
+    loss_k, cache_k = layers.softmax_cross_entropy(logits, targets, backend="numba")
+    loss_n, cache_n = layers.softmax_cross_entropy(logits, targets, backend="numpy")
+    assert loss_k == pytest.approx(loss_n, rel=16 * eps)
+    assert cache_k["probs"].dtype == dtype and cache_k["count"] == cache_n["count"] == 19
+    np.testing.assert_allclose(cache_k["probs"], cache_n["probs"], rtol=8 * eps, atol=8 * eps)
+    for dloss in (1.0, 0.3):
+        got = layers.softmax_cross_entropy_backward(cache_k, dloss, backend="numba")
+        np.testing.assert_array_equal(got, layers.softmax_cross_entropy_backward(cache_k, dloss, backend="numpy"))
+    assert np.all(got[1, 2] == 0) and np.all(got[2, 6] == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cross_entropy_kernel_rows_with_nan_or_inf_are_the_numpy_code(dtype):
+    logits = np.array([[0.0, 1.0, 2.0], [np.nan, 1.0, 0.0], [np.inf, 0.0, 1.0], [-np.inf, 0.0, 1.0],
+                       [-np.inf, -np.inf, -np.inf], [1e30, -1e30, 0.0]], dtype=dtype)
+    targets = np.array([2, 1, 0, 2, 0, 0])
+    with np.errstate(all="ignore"):
+        loss_k, cache_k = layers.softmax_cross_entropy(logits, targets, backend="numba")
+        loss_n, cache_n = layers.softmax_cross_entropy(logits, targets, backend="numpy")
+    assert np.isnan(loss_k) and np.isnan(loss_n)
+    got, want = cache_k["probs"], cache_n["probs"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=8 * np.finfo(dtype).eps, atol=0)
+
+
+def test_cross_entropy_kernel_gradcheck():
+    rng = np.random.default_rng(19)
+    z = rng.standard_normal((4, 5)) * 2
+    t = np.array([0, 4, -100, 2])
+
+    def fun(z):
+        return np.array(layers.softmax_cross_entropy(z, t, backend="numba")[0])
+
+    def bwd(g, z):
+        return {"z": layers.softmax_cross_entropy_backward(layers.softmax_cross_entropy(z, t, backend="numba")[1],
+                                                           float(g), backend="numba")}
+
+    gradcheck(fun, bwd, {"z": z}, tol=1e-6, max_entries=None)

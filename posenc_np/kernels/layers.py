@@ -1,5 +1,5 @@
 """Fused kernels for the model's elementwise work: LayerNorm, tanh-GELU, the attention softmax,
-the AdamW update and the sums of squares of gradient clipping.
+the cross-entropy, the AdamW update and the sums of squares of gradient clipping.
 
 Each replaces a dozen NumPy calls (and their temporaries) of a reference by one pass over its
 arrays. The references stay the definition and are what the tests compare against:
@@ -52,7 +52,7 @@ from .alibi import _exp
 from ._numba import njit_kernel
 
 __all__ = ["adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
-           "softmax_rows_backward", "sum_squares"]
+           "softmax_rows_backward", "sum_squares", "cross_entropy_rows", "cross_entropy_backward"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
@@ -279,6 +279,66 @@ def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
     dx = np.empty_like(p)
     _softmax_rows_backward(g, p, dx)
     return dx.reshape(probs.shape)
+
+
+# --------------------------------------------------------------------------- cross-entropy
+
+@_serial
+def _cross_entropy_rows(x, targets, probs, logp_t, bad_rows):
+    ft = x.dtype.type
+    for i in range(x.shape[0]):
+        xr, pr = x[i], probs[i]
+        m = ft(-np.inf)
+        for j in range(xr.shape[0]):
+            m = max(m, xr[j])
+        total = ft(0)
+        for j in range(xr.shape[0]):
+            e = _exp(xr[j] - m)
+            pr[j] = e
+            total += e
+        # NaN or +-inf logits make m or the total non-finite: those rows go to the reference
+        bad_rows[i] = not (m - m == 0 and total - total == 0)
+        for j in range(xr.shape[0]):
+            pr[j] = pr[j] / total
+        logp_t[i] = (xr[targets[i]] - m) - math.log(total)
+
+
+def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray):
+    r"""Softmax and target log-probability per row, one pass each: ``(probs, logp_t, bad_rows)``.
+
+    :math:`p_{jc} = e^{z_{jc} - m_j} / s_j`, :math:`\log p_{j t_j} = z_{j t_j} - m_j - \log s_j`
+    with :math:`m_j = \max_c z_{jc}`, :math:`s_j = \sum_c e^{z_{jc} - m_j}`, as
+    :func:`posenc_np.layers.softmax_cross_entropy`. Rows with a NaN or infinite logit are
+    flagged in ``bad_rows`` and hold no meaningful values: the caller computes them with the
+    reference.
+
+    Parameters
+    ----------
+    logits : ndarray, float32 or float64, shape ``(rows, C)``, C-contiguous
+    targets : ndarray of int64, shape ``(rows,)``, each in ``[0, C)``
+    """
+    probs = np.empty_like(logits)
+    logp_t = np.empty(logits.shape[0], dtype=logits.dtype)
+    bad_rows = np.empty(logits.shape[0], dtype=np.bool_)
+    _cross_entropy_rows(logits, targets, probs, logp_t, bad_rows)
+    return probs, logp_t, bad_rows
+
+
+@_serial
+def _cross_entropy_backward(probs, targets, weights, d):
+    for i in range(probs.shape[0]):
+        w = weights[i]
+        for j in range(probs.shape[1]):
+            d[i, j] = probs[i, j] * w
+        d[i, targets[i]] = (probs[i, targets[i]] - probs.dtype.type(1)) * w
+
+
+def cross_entropy_backward(probs: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    r""":math:`(p_{jc} - [c = t_j])\,w_j` per row (``weights`` ``w``: ``[t_j \ne \text{ignore}]\,dL/N``
+    in the probabilities' dtype), as :func:`posenc_np.layers.softmax_cross_entropy_backward`."""
+    d = np.empty_like(probs)
+    _cross_entropy_backward(probs, targets, weights, d)
+    return d
 
 
 # --------------------------------------------------------------------------- gradient norms
