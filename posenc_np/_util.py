@@ -9,6 +9,13 @@ import threading
 import numpy as np
 
 
+def kernel_dtype(*arrays: np.ndarray) -> bool:
+    """All float32 or all float64: the one dtype the fused Numba kernels of the layers, the
+    attention softmax and the optimizer take (otherwise their callers run the NumPy code)."""
+    dt = arrays[0].dtype
+    return dt in (np.float32, np.float64) and all(a.dtype == dt for a in arrays)
+
+
 def sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
     """Reduce a broadcast gradient back to ``shape`` (the adjoint of ``np.broadcast_to``).
 

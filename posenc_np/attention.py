@@ -36,7 +36,7 @@ import numpy as np
 from ._checks import as_float_array, check_bool, check_int, check_lengths
 from ._attention_checks import (check_attention_cache, check_broadcast, check_hook_term, check_hooks, check_qkv,
                                 check_scale)
-from ._util import sum_to_shape
+from ._util import kernel_dtype, sum_to_shape
 from .positions import _causal
 
 __all__ = ["Hook", "backward", "causal_mask", "forward", "merge_heads", "softmax", "split_heads"]
@@ -171,11 +171,6 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
     return _forward(q, k, v, bias, _keep(mask, causal, q.shape[-2], k.shape[-2]), scale, hooks)
 
 
-def _fused(*arrays) -> bool:
-    """The fused softmax kernels take float32/float64 arrays of one dtype."""
-    return arrays[0].dtype in (np.float32, np.float64) and all(a.dtype == arrays[0].dtype for a in arrays)
-
-
 def _softmax_fused(logits: np.ndarray, keep) -> np.ndarray:
     """:func:`_softmax` over the last axis by the kernel; the rows it flags (a kept ``+inf``,
     rare) by :func:`_softmax` itself."""
@@ -208,7 +203,7 @@ def _forward(q, k, v, bias, keep, scale: float, hooks: tuple, fused_softmax: boo
         hook_caches.append([hc, None])
         if term is not None:
             logits = logits + check_hook_term(term, target, hook, "logits")
-    fused_softmax = fused_softmax and _fused(logits)
+    fused_softmax = fused_softmax and kernel_dtype(logits)
     probs = _softmax_fused(logits, keep) if fused_softmax else _softmax(logits, keep, -1)
     out = probs @ v
     for hook, hc in zip(hooks, hook_caches):
@@ -251,7 +246,7 @@ def _backward(dout, cache) -> dict:
         extra = hook.values_backward(dout, vc)
         if extra is not None:
             dprobs = dprobs + extra
-    if cache.get("fused_softmax") and _fused(probs, dprobs):
+    if cache.get("fused_softmax") and kernel_dtype(probs, dprobs):
         from .kernels import layers as kernels
 
         dlogits = kernels.softmax_rows_backward(dprobs, probs)

@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ._checks import as_float_array, as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
-from ._util import normal_init, scatter_add_rows
+from ._util import kernel_dtype, normal_init, scatter_add_rows
 
 __all__ = [
     "GELU",
@@ -46,12 +46,6 @@ __all__ = [
 
 GELU_APPROXIMATIONS = ("tanh", "none")
 LAYER_BACKENDS = ("auto", "numpy", "numba")
-
-
-def _kernel_dtype(*arrays) -> bool:
-    """All float32 or all float64: what the fused kernels of :mod:`posenc_np.kernels.layers` take."""
-    dt = arrays[0].dtype
-    return dt in (np.float32, np.float64) and all(a.dtype == dt for a in arrays)
 
 
 def _kernels():
@@ -176,7 +170,7 @@ class LayerNorm:
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"LayerNorm.forward: x must end with {self.dim} features, got shape {x.shape}")
         gamma, beta = self.params["gamma"], self.params["beta"]
-        if self.backend != "numpy" and _kernel_dtype(x, gamma, beta):
+        if self.backend != "numpy" and kernel_dtype(x, gamma, beta):
             y, xhat, rstd = _kernels().layer_norm_forward(x, gamma, beta, self.eps)
             self._cache = (xhat, rstd)  # rstd: float64, x.shape[:-1]
             return y
@@ -198,7 +192,7 @@ class LayerNorm:
         dy = _check_dy(dy, xhat.shape, "LayerNorm")
         gamma = self.params["gamma"]
         if rstd.ndim < xhat.ndim:  # the kernel's forward
-            if _kernel_dtype(dy, xhat, gamma):
+            if kernel_dtype(dy, xhat, gamma):
                 dx, self.grads["gamma"], self.grads["beta"] = _kernels().layer_norm_backward(dy, xhat, rstd, gamma)
                 return dx
             rstd = rstd.astype(xhat.dtype)[..., None]
@@ -314,7 +308,7 @@ class GELU:
 
     def forward(self, x) -> np.ndarray:
         x = as_float_array(x, "x")
-        if self.backend != "numpy" and self.approximate == "tanh" and _kernel_dtype(x):
+        if self.backend != "numpy" and self.approximate == "tanh" and kernel_dtype(x):
             y, self._dydx = _kernels().gelu_tanh(x, GELU_CLIP)
         else:
             y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
@@ -415,7 +409,7 @@ def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100, backend:
                          f"got {int(targets[bad].reshape(-1)[0])}")
     backend = check_choice(backend, "backend", LAYER_BACKENDS)
     safe = np.where(keep, targets, 0)
-    if backend != "numpy" and _kernel_dtype(logits) and logits.size:
+    if backend != "numpy" and kernel_dtype(logits) and logits.size:
         rows = np.ascontiguousarray(logits).reshape(-1, num_classes)
         flat_t = safe.reshape(-1).astype(np.int64, copy=False)
         probs, logp_t, bad = _kernels().cross_entropy_rows(rows, flat_t)
@@ -447,7 +441,7 @@ def softmax_cross_entropy_backward(cache, dloss: float = 1.0, *, backend: str = 
     backend = check_choice(backend, "backend", LAYER_BACKENDS)
     probs, targets, keep, count = cache["probs"], cache["targets"], cache["keep"], cache["count"]
     weights = (keep * (dloss / max(count, 1))).astype(probs.dtype)
-    if backend != "numpy" and _kernel_dtype(probs) and probs.size and probs.flags.c_contiguous:
+    if backend != "numpy" and kernel_dtype(probs) and probs.size and probs.flags.c_contiguous:
         width = probs.shape[-1]
         d = _kernels().cross_entropy_backward(probs.reshape(-1, width), targets.reshape(-1).astype(np.int64, copy=False),
                                               weights.reshape(-1))

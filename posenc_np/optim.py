@@ -25,6 +25,8 @@ import math
 import numpy as np
 
 from ._checks import check_choice, check_int, check_real
+from ._util import kernel_dtype
+from .layers import LAYER_BACKENDS, _kernels
 
 __all__ = ["Adam", "AdamW", "clip_grad_norm", "cosine_schedule", "global_norm"]
 
@@ -60,15 +62,7 @@ def _check_grads(grads, params: dict, name: str = "grads", kernel: bool = False)
 
 def _kernel_ready(p, g, m, v) -> bool:
     """One dtype (float32 or float64), one shape, all C-contiguous: the fused update applies."""
-    return (p.dtype in (np.float32, np.float64) and all(a.dtype == p.dtype and a.shape == p.shape
-                                                         and a.flags.c_contiguous for a in (g, m, v))
-            and p.flags.c_contiguous)
-
-
-def _kernels():
-    from .kernels import layers  # imported on first use: `import posenc_np.optim` stays free of Numba
-
-    return layers
+    return kernel_dtype(p, g, m, v) and all(a.shape == p.shape and a.flags.c_contiguous for a in (p, g, m, v))
 
 
 def _check_arrays(grads, name: str) -> None:
@@ -87,7 +81,7 @@ def _sums_of_squares(grads: dict, kernel: bool) -> list:
     means finite elements."""
     sums = []
     for g in grads.values():
-        if kernel and g.flags.c_contiguous and g.dtype in (np.float32, np.float64):
+        if kernel and g.flags.c_contiguous and kernel_dtype(g):
             sums.append(_kernels().sum_squares(g))
         else:
             x = g.ravel().astype(np.float64)
@@ -150,7 +144,7 @@ class Adam:
         self.betas = _check_betas(betas)
         self.eps = check_real(eps, "eps", positive=True)
         self.weight_decay = check_real(weight_decay, "weight_decay", nonnegative=True)
-        self.backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
+        self.backend = check_choice(backend, "backend", LAYER_BACKENDS)
         if decay is not None and not callable(decay):
             raise TypeError(f"decay must be a callable (name, array) -> bool or None, got {type(decay).__name__}")
         rule = decay or _default_decay
@@ -259,7 +253,7 @@ def global_norm(grads: dict, *, backend: str = "auto") -> float:
     C-contiguous float32/float64 (the same sum in another order: within a few ulps).
     """
     _check_arrays(grads, "grads")
-    backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
+    backend = check_choice(backend, "backend", LAYER_BACKENDS)
     return _norm(grads, _sums_of_squares(grads, backend != "numpy"))
 
 
@@ -283,7 +277,7 @@ def clip_grad_norm(grads: dict, max_norm: float, *, backend: str = "auto") -> fl
     """
     max_norm = check_real(max_norm, "max_norm", positive=True)
     _check_arrays(grads, "grads")
-    backend = check_choice(backend, "backend", ("auto", "numpy", "numba"))
+    backend = check_choice(backend, "backend", LAYER_BACKENDS)
     sums = _sums_of_squares(grads, backend != "numpy")
     _check_finite(grads, "grads", sums)
     total = _norm(grads, sums)

@@ -391,3 +391,34 @@ def test_cross_entropy_kernel_gradcheck():
                                                            float(g), backend="numba")}
 
     gradcheck(fun, bwd, {"z": z}, tol=1e-6, max_entries=None)
+
+
+def test_kernel_entry_points_refuse_bad_input_by_name():
+    f32, f64 = np.zeros((4, 3), np.float32), np.zeros((4, 3))
+    g3 = np.ones(3, np.float32)
+    probs = np.full((4, 3), 1 / 3, np.float32)
+    cases = [
+        (TypeError, r"^x must be a float32", lambda: kl.gelu_tanh(np.zeros(3, int), 40.0)),
+        (TypeError, r"gamma must have x's dtype", lambda: kl.layer_norm_forward(f64, g3, g3, 1e-5)),
+        (ValueError, r"beta must have shape \(3,\)", lambda: kl.layer_norm_forward(f32, g3, np.ones(4, np.float32), 1e-5)),
+        (ValueError, r"dy must have shape \(4, 3\)", lambda: kl.layer_norm_backward(f32[:2], f32, np.ones(4), g3)),
+        (ValueError, r"rstd must be", lambda: kl.layer_norm_backward(f32, f32, np.ones(3), g3)),
+        (TypeError, r"keep must be a boolean", lambda: kl.softmax_rows(f32, np.ones((4, 3)))),
+        (TypeError, r"dprobs must have probs's dtype|probs must have dprobs's dtype",
+         lambda: kl.softmax_rows_backward(f64, f32)),
+        (ValueError, r"targets must lie in \[0, 3\)", lambda: kl.cross_entropy_rows(f32, np.array([0, 1, 2, 3]))),
+        (TypeError, r"targets must be an integer array of shape \(4,\)", lambda: kl.cross_entropy_rows(f32, np.zeros(4))),
+        (ValueError, r"logits must be \(rows, C\)", lambda: kl.cross_entropy_rows(np.zeros(3, np.float32), np.zeros(3, int))),
+        (ValueError, r"targets must lie in \[0, 3\)",
+         lambda: kl.cross_entropy_backward(probs, np.array([-1, 0, 0, 0]), np.ones(4, np.float32))),
+        (TypeError, r"a must be a float32", lambda: kl.sum_squares([1.0, 2.0])),
+        (ValueError, r"p must be a C-contiguous, writeable",
+         lambda: kl.adamw_update(np.zeros((3, 4)).T, f64, f64.copy(), f64.copy(), b1=0.9, b2=0.999, decay=1.0,
+                                 step_size=1e-3, root_bc2=1.0, eps=1e-8)),
+        (ValueError, r"m must have shape \(4, 3\)",
+         lambda: kl.adamw_update(f64.copy(), f64, np.zeros(3), f64.copy(), b1=0.9, b2=0.999, decay=1.0,
+                                 step_size=1e-3, root_bc2=1.0, eps=1e-8)),
+    ]
+    for exc, match, call in cases:
+        with pytest.raises(exc, match=match):
+            call()

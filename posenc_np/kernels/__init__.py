@@ -10,7 +10,8 @@ import Numba. Accessing a name (``posenc_np.kernels.rope_apply``) imports its su
 
 Submodules: :mod:`~posenc_np.kernels.rope` (``rope_apply``, ``rope_apply_qk``, ``rope_apply_angles``),
 :mod:`~posenc_np.kernels.alibi` (the names in its ``__all__``) and :mod:`~posenc_np.kernels.layers`
-(fused LayerNorm, tanh-GELU and AdamW for the model: ``backend=`` of those classes). ``ROPE_NUMBA_MIN_ELEMENTS`` and
+(fused LayerNorm, tanh-GELU, softmax, cross-entropy, AdamW and gradient norms for the model:
+``backend=`` of those classes and functions). ``ROPE_NUMBA_MIN_ELEMENTS`` and
 ``ALIBI_NUMBA_MIN_T``, the ``backend="auto"`` switches, are defined here and need no Numba.
 """
 

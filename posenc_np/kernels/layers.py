@@ -3,10 +3,14 @@ the cross-entropy, the AdamW update and the sums of squares of gradient clipping
 
 Each replaces a dozen NumPy calls (and their temporaries) of a reference by one pass over its
 arrays. The references stay the definition and are what the tests compare against:
-:class:`posenc_np.layers.LayerNorm`, :func:`posenc_np.layers.gelu` / ``_gelu`` (``"tanh"``) and
-:class:`posenc_np.optim.Adam`. Users reach these through ``backend="auto" | "numba"`` of those
-classes (``auto`` and ``numba`` alike: the kernel whenever the arrays share the dtype float32
-or float64, the reference otherwise).
+:class:`posenc_np.layers.LayerNorm`, :func:`posenc_np.layers.gelu` / ``_gelu`` (``"tanh"``),
+``posenc_np.attention._softmax`` / :func:`~posenc_np.attention.softmax_backward`,
+:func:`posenc_np.layers.softmax_cross_entropy` and its backward, :class:`posenc_np.optim.Adam`
+and :func:`posenc_np.optim.global_norm`. Users reach these through ``backend="auto" | "numba"``
+of those classes and functions (``auto`` and ``numba`` alike: the kernel whenever the arrays
+share the dtype float32 or float64, the reference otherwise); the model's attention uses the
+softmax kernels. Each entry point checks its arrays' dtypes, shapes and (where it indexes with
+them) class indices.
 
 At a training step's sizes ((512, 64) to (512, 256) float32) each NumPy call costs a few
 microseconds of dispatch and a pass over memory, so the references spend most of their time
@@ -36,6 +40,14 @@ Numerics
     ulp in float32, 2.0 ulp in float64), in the input dtype. Clipping at
     :data:`posenc_np.layers.GELU_CLIP` as the reference (``gelu(-inf) = 0``, ``gelu(inf) =
     inf``, NaN propagates).
+``softmax_rows`` / ``cross_entropy_rows``
+    Per row: the maximum, :math:`e^{x - m}` with :func:`_exp` and its sum, a division (and the
+    target's log-probability), in the input dtype. Rows the reference gives special values
+    (a kept ``+inf`` in the softmax; a NaN or infinite logit in the cross-entropy) are flagged
+    for the caller to compute with the reference. Their backwards are the references'
+    operations per row (``cross_entropy_backward`` bit-identical).
+``sum_squares``
+    float64 accumulation, summed in another order than ``np.dot``: within a few ulps.
 ``adamw_update``
     The reference's operations in its order and dtype (scalars rounded to the parameter dtype
     first, as NumPy does with Python floats), compiled without fast-math: bit-identical to
@@ -112,6 +124,34 @@ def _rows(a: np.ndarray, d: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(-1, d)
 
 
+def _check(shape=None, **arrays) -> None:
+    """The arrays of one call: ndarrays of one dtype, float32 or float64 (``TypeError`` naming
+    the first that is not), of ``shape`` when given (``ValueError``). The public classes that
+    select these kernels check their own arguments; this keeps a direct call from reaching
+    Numba's typing errors or indexing out of bounds."""
+    first = None
+    for name, a in arrays.items():
+        if not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float64):
+            raise TypeError(f"{name} must be a float32 or float64 ndarray, got {type(a).__name__} "
+                            f"{getattr(a, 'dtype', '')}")
+        if first is None:
+            first = name, a.dtype
+        elif a.dtype != first[1]:
+            raise TypeError(f"{name} must have {first[0]}'s dtype {first[1]}, got {a.dtype}")
+        if shape is not None and a.shape != shape:
+            raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+
+
+def _check_targets(targets, rows: int, classes: int) -> np.ndarray:
+    """Class indices: int64 ``(rows,)`` in ``[0, classes)`` (the kernels index with them)."""
+    t = np.asarray(targets)
+    if t.dtype.kind not in "iu" or t.shape != (rows,):
+        raise TypeError(f"targets must be an integer array of shape ({rows},), got {t.dtype} {t.shape}")
+    if rows and (t.min() < 0 or t.max() >= classes):
+        raise ValueError(f"targets must lie in [0, {classes}), got values in [{t.min()}, {t.max()}]")
+    return t.astype(np.int64, copy=False)
+
+
 def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float):
     r"""LayerNorm over the last axis in one pass per row: ``(y, xhat, rstd)``.
 
@@ -132,7 +172,10 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
     rstd : ndarray, float64, shape ``x.shape[:-1]``
         :math:`r` per row (kept unrounded for the backward).
     """
+    _check(x=x)
     d = x.shape[-1]
+    _check((d,), gamma=gamma, beta=beta)
+    _check(x=x, gamma=gamma)
     x2 = _rows(x, d)
     y, xhat = np.empty_like(x2), np.empty_like(x2)
     rstd = np.empty(x2.shape[0])
@@ -148,7 +191,12 @@ def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamm
     :math:`\partial L/\partial \gamma = \sum_{\text{rows}} \partial L/\partial y \odot \hat x`,
     :math:`\partial L/\partial \beta = \sum_{\text{rows}} \partial L/\partial y`.
     """
+    _check(xhat.shape, dy=dy, xhat=xhat)
     d = xhat.shape[-1]
+    _check((d,), gamma=gamma)
+    _check(xhat=xhat, gamma=gamma)
+    if not isinstance(rstd, np.ndarray) or rstd.shape != xhat.shape[:-1]:
+        raise ValueError(f"rstd must be layer_norm_forward's (float64) rstd of shape {xhat.shape[:-1]}")
     dy2, xhat2 = _rows(dy, d), _rows(xhat, d)
     dx = np.empty_like(xhat2)
     dgamma, dbeta = np.empty(d, gamma.dtype), np.empty(d, gamma.dtype)
@@ -196,6 +244,7 @@ def gelu_tanh(x: np.ndarray, clip: float):
     y, dydx : ndarray
         x's shape and dtype.
     """
+    _check(x=x)
     flat = np.ascontiguousarray(x).reshape(-1)
     y, dydx = np.empty_like(flat), np.empty_like(flat)
     _gelu_tanh(flat, float(clip), y, dydx)
@@ -262,8 +311,11 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     inf_rows : ndarray of bool, shape ``(logits.size // k,)``
         The rows (``logits`` flattened to ``(-1, k)``) with a kept ``+inf``.
     """
+    _check(logits=logits)
     width = logits.shape[-1]
-    x = np.ascontiguousarray(logits).reshape(-1, width)
+    x = _rows(logits, width)
+    if keep is not None and np.asarray(keep).dtype != np.bool_:
+        raise TypeError(f"keep must be a boolean array or None, got {np.asarray(keep).dtype}")
     mask = np.broadcast_to(np.True_ if keep is None else keep, logits.shape).reshape(-1, width)
     out = np.empty_like(x)
     inf_rows = np.empty(x.shape[0], dtype=np.bool_)
@@ -274,8 +326,9 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
 def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
     r"""Backward of :func:`softmax_rows`: :math:`\partial L/\partial x = p \odot (g - \langle g, p\rangle)`
     per row (``dprobs`` and ``probs`` of one shape and dtype)."""
+    _check(probs.shape, dprobs=dprobs, probs=probs)
     width = probs.shape[-1]
-    p, g = np.ascontiguousarray(probs).reshape(-1, width), np.ascontiguousarray(dprobs).reshape(-1, width)
+    p, g = _rows(probs, width), _rows(dprobs, width)
     dx = np.empty_like(p)
     _softmax_rows_backward(g, p, dx)
     return dx.reshape(probs.shape)
@@ -314,9 +367,14 @@ def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray):
 
     Parameters
     ----------
-    logits : ndarray, float32 or float64, shape ``(rows, C)``, C-contiguous
-    targets : ndarray of int64, shape ``(rows,)``, each in ``[0, C)``
+    logits : ndarray, float32 or float64, shape ``(rows, C)``
+    targets : integer ndarray, shape ``(rows,)``, each in ``[0, C)``
     """
+    _check(logits=logits)
+    if logits.ndim != 2:
+        raise ValueError(f"logits must be (rows, C), got shape {logits.shape}")
+    logits = np.ascontiguousarray(logits)
+    targets = _check_targets(targets, logits.shape[0], logits.shape[1])
     probs = np.empty_like(logits)
     logp_t = np.empty(logits.shape[0], dtype=logits.dtype)
     bad_rows = np.empty(logits.shape[0], dtype=np.bool_)
@@ -336,6 +394,13 @@ def _cross_entropy_backward(probs, targets, weights, d):
 def cross_entropy_backward(probs: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
     r""":math:`(p_{jc} - [c = t_j])\,w_j` per row (``weights`` ``w``: ``[t_j \ne \text{ignore}]\,dL/N``
     in the probabilities' dtype), as :func:`posenc_np.layers.softmax_cross_entropy_backward`."""
+    _check(probs=probs)
+    if probs.ndim != 2:
+        raise ValueError(f"probs must be (rows, C), got shape {probs.shape}")
+    _check((probs.shape[0],), weights=weights)
+    _check(probs=probs, weights=weights)
+    probs = np.ascontiguousarray(probs)
+    targets = _check_targets(targets, probs.shape[0], probs.shape[1])
     d = np.empty_like(probs)
     _cross_entropy_backward(probs, targets, weights, d)
     return d
@@ -356,6 +421,7 @@ def sum_squares(a: np.ndarray) -> float:
     r""":math:`\sum_i a_i^2` of a C-contiguous float32/float64 array, accumulated in float64, in
     one pass (gradient clipping's norm and its finiteness test: a NaN or inf element makes the
     sum NaN or inf; so can float64 elements beyond ~1e154, whose squares overflow)."""
+    _check(a=a)
     return _sum_squares(a.reshape(-1))
 
 
@@ -393,6 +459,11 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: f
     step_size, root_bc2, eps : float
         :math:`s`, :math:`\sqrt{1 - \beta_2^t}`, :math:`\epsilon`.
     """
+    _check(p.shape, p=p, g=g, m=m, v=v)
+    for name, a in (("p", p), ("g", g), ("m", m), ("v", v)):
+        if not a.flags.c_contiguous or (name != "g" and not a.flags.writeable):
+            raise ValueError(f"{name} must be a C-contiguous{'' if name == 'g' else ', writeable'} array "
+                             "(it is updated through a flat view)")
     ft = p.dtype.type
     _adamw(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2),
            ft(decay), ft(step_size), ft(root_bc2), ft(eps))
