@@ -176,7 +176,7 @@ def _softmax_fused(logits: np.ndarray, keep) -> np.ndarray:
     rare) by :func:`_softmax` itself."""
     from .kernels import layers as kernels  # first use only: `import posenc_np.attention` stays free of Numba
 
-    probs, inf_rows = kernels.softmax_rows(logits, keep)
+    probs, inf_rows = kernels.softmax_rows(logits, keep, check=False)
     if inf_rows.any():
         width = logits.shape[-1]
         rows = np.flatnonzero(inf_rows)
@@ -249,7 +249,7 @@ def _backward(dout, cache) -> dict:
     if cache.get("fused_softmax") and kernel_dtype(probs, dprobs):
         from .kernels import layers as kernels
 
-        dlogits = kernels.softmax_rows_backward(dprobs, probs)
+        dlogits = kernels.softmax_rows_backward(dprobs, probs, check=False)
     else:
         dlogits = softmax_backward(dprobs, probs)
     dq = scale * (dlogits @ k)

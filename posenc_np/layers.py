@@ -171,7 +171,7 @@ class LayerNorm:
             raise ValueError(f"LayerNorm.forward: x must end with {self.dim} features, got shape {x.shape}")
         gamma, beta = self.params["gamma"], self.params["beta"]
         if self.backend != "numpy" and kernel_dtype(x, gamma, beta):
-            y, xhat, rstd = _kernels().layer_norm_forward(x, gamma, beta, self.eps)
+            y, xhat, rstd = _kernels().layer_norm_forward(x, gamma, beta, self.eps, check=False)
             self._cache = (xhat, rstd)  # rstd: float64, x.shape[:-1]
             return y
         xc = x - _mean_last(x)
@@ -193,7 +193,8 @@ class LayerNorm:
         gamma = self.params["gamma"]
         if rstd.ndim < xhat.ndim:  # the kernel's forward
             if kernel_dtype(dy, xhat, gamma):
-                dx, self.grads["gamma"], self.grads["beta"] = _kernels().layer_norm_backward(dy, xhat, rstd, gamma)
+                kernels = _kernels()
+                dx, self.grads["gamma"], self.grads["beta"] = kernels.layer_norm_backward(dy, xhat, rstd, gamma, check=False)
                 return dx
             rstd = rstd.astype(xhat.dtype)[..., None]
         dy_xhat = dy * xhat
@@ -309,7 +310,7 @@ class GELU:
     def forward(self, x) -> np.ndarray:
         x = as_float_array(x, "x")
         if self.backend != "numpy" and self.approximate == "tanh" and kernel_dtype(x):
-            y, self._dydx = _kernels().gelu_tanh(x, GELU_CLIP)
+            y, self._dydx = _kernels().gelu_tanh(x, GELU_CLIP, check=False)
         else:
             y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
         return y
@@ -412,7 +413,7 @@ def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100, backend:
     if backend != "numpy" and kernel_dtype(logits) and logits.size:
         rows = np.ascontiguousarray(logits).reshape(-1, num_classes)
         flat_t = safe.reshape(-1).astype(np.int64, copy=False)
-        probs, logp_t, bad = _kernels().cross_entropy_rows(rows, flat_t)
+        probs, logp_t, bad = _kernels().cross_entropy_rows(rows, flat_t, check=False)
         if bad.any():  # NaN or infinite logits: the NumPy code's values for those rows
             idx = np.flatnonzero(bad)
             probs[idx], logp_t[idx] = _cross_entropy_numpy(rows[idx], flat_t[idx])
@@ -444,7 +445,7 @@ def softmax_cross_entropy_backward(cache, dloss: float = 1.0, *, backend: str = 
     if backend != "numpy" and kernel_dtype(probs) and probs.size and probs.flags.c_contiguous:
         width = probs.shape[-1]
         d = _kernels().cross_entropy_backward(probs.reshape(-1, width), targets.reshape(-1).astype(np.int64, copy=False),
-                                              weights.reshape(-1))
+                                              weights.reshape(-1), check=False)
         return d.reshape(probs.shape)
     d = probs.copy()
     np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], axis=-1) - 1, axis=-1)

@@ -82,7 +82,7 @@ def _sums_of_squares(grads: dict, kernel: bool) -> list:
     sums = []
     for g in grads.values():
         if kernel and g.flags.c_contiguous and kernel_dtype(g):
-            sums.append(_kernels().sum_squares(g))
+            sums.append(_kernels().sum_squares(g, check=False))
         else:
             x = g.ravel().astype(np.float64)
             with np.errstate(over="ignore"):
@@ -169,7 +169,7 @@ class Adam:
             decay = 1.0 - lr * self.weight_decay if self.weight_decay and self.decay[k] else 1.0
             if self.backend != "numpy" and _kernel_ready(p, g, m, v):
                 _kernels().adamw_update(p, g, m, v, b1=b1, b2=b2, decay=decay, step_size=step_size,
-                                        root_bc2=root_bc2, eps=self.eps)
+                                        root_bc2=root_bc2, eps=self.eps, check=False)
                 continue
             m *= b1
             m += (1.0 - b1) * g

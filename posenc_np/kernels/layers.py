@@ -10,7 +10,8 @@ and :func:`posenc_np.optim.global_norm`. Users reach these through ``backend="au
 of those classes and functions (``auto`` and ``numba`` alike: the kernel whenever the arrays
 share the dtype float32 or float64, the reference otherwise); the model's attention uses the
 softmax kernels. Each entry point checks its arrays' dtypes, shapes and (where it indexes with
-them) class indices.
+them) class indices, unless called with ``check=False`` by a caller that has checked them
+already (those classes and functions do: the checks cost 2-4 % of a training step).
 
 At a training step's sizes ((512, 64) to (512, 256) float32) each NumPy call costs a few
 microseconds of dispatch and a pass over memory, so the references spend most of their time
@@ -152,7 +153,7 @@ def _check_targets(targets, rows: int, classes: int) -> np.ndarray:
     return t.astype(np.int64, copy=False)
 
 
-def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float):
+def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, *, check: bool = True):
     r"""LayerNorm over the last axis in one pass per row: ``(y, xhat, rstd)``.
 
     :math:`\hat x = (x - \mu)\,r`, :math:`r = (\sigma^2 + \epsilon)^{-1/2}` (biased variance),
@@ -164,6 +165,8 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
     x : ndarray, float32 or float64, shape ``(..., d)``
     gamma, beta : ndarray, shape ``(d,)``, x's dtype
     eps : float
+    check : bool
+        Check the arguments (``False``: the caller has; see the module docstring).
 
     Returns
     -------
@@ -172,10 +175,10 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
     rstd : ndarray, float64, shape ``x.shape[:-1]``
         :math:`r` per row (kept unrounded for the backward).
     """
-    _check(x=x)
     d = x.shape[-1]
-    _check((d,), gamma=gamma, beta=beta)
-    _check(x=x, gamma=gamma)
+    if check:
+        _check(x=x, gamma=gamma)
+        _check((d,), gamma=gamma, beta=beta)
     x2 = _rows(x, d)
     y, xhat = np.empty_like(x2), np.empty_like(x2)
     rstd = np.empty(x2.shape[0])
@@ -183,7 +186,7 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
     return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(x.shape[:-1])
 
 
-def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamma: np.ndarray):
+def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamma: np.ndarray, *, check: bool = True):
     r"""Backward of :func:`layer_norm_forward`: ``(dx, dgamma, dbeta)``.
 
     With :math:`g = \gamma \odot \partial L/\partial y` and means over the last axis:
@@ -191,12 +194,13 @@ def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamm
     :math:`\partial L/\partial \gamma = \sum_{\text{rows}} \partial L/\partial y \odot \hat x`,
     :math:`\partial L/\partial \beta = \sum_{\text{rows}} \partial L/\partial y`.
     """
-    _check(xhat.shape, dy=dy, xhat=xhat)
     d = xhat.shape[-1]
-    _check((d,), gamma=gamma)
-    _check(xhat=xhat, gamma=gamma)
-    if not isinstance(rstd, np.ndarray) or rstd.shape != xhat.shape[:-1]:
-        raise ValueError(f"rstd must be layer_norm_forward's (float64) rstd of shape {xhat.shape[:-1]}")
+    if check:
+        _check(xhat.shape, dy=dy, xhat=xhat)
+        _check((d,), gamma=gamma)
+        _check(xhat=xhat, gamma=gamma)
+        if not isinstance(rstd, np.ndarray) or rstd.shape != xhat.shape[:-1]:
+            raise ValueError(f"rstd must be layer_norm_forward's (float64) rstd of shape {xhat.shape[:-1]}")
     dy2, xhat2 = _rows(dy, d), _rows(xhat, d)
     dx = np.empty_like(xhat2)
     dgamma, dbeta = np.empty(d, gamma.dtype), np.empty(d, gamma.dtype)
@@ -225,7 +229,7 @@ def _gelu_tanh(x, clip, y, dydx):
         y[i] = (lo if v < lo else v) * cdf
 
 
-def gelu_tanh(x: np.ndarray, clip: float):
+def gelu_tanh(x: np.ndarray, clip: float, *, check: bool = True):
     r"""tanh-GELU and its derivative in one pass: ``(y, dy/dx)``.
 
     :math:`y = x\,\Phi(x)`, :math:`\Phi(x) = \tfrac12(1 + \tanh u)`,
@@ -238,13 +242,16 @@ def gelu_tanh(x: np.ndarray, clip: float):
     ----------
     x : ndarray, float32 or float64
     clip : float
+    check : bool
+        Check the arguments (``False``: the caller has; see the module docstring).
 
     Returns
     -------
     y, dydx : ndarray
         x's shape and dtype.
     """
-    _check(x=x)
+    if check:
+        _check(x=x)
     flat = np.ascontiguousarray(x).reshape(-1)
     y, dydx = np.empty_like(flat), np.empty_like(flat)
     _gelu_tanh(flat, float(clip), y, dydx)
@@ -289,7 +296,7 @@ def _softmax_rows_backward(dp, p, dx):
             dx[i, j] = p[i, j] * (dp[i, j] - dot)
 
 
-def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+def softmax_rows(logits: np.ndarray, keep: np.ndarray | None, *, check: bool = True):
     r"""Masked softmax over the last axis, as :func:`posenc_np.attention.softmax` (``axis=-1``).
 
     :math:`p_j = e^{x_j - m} / \sum_{j' \in K} e^{x_{j'} - m}`, :math:`m = \max_{j \in K} x_j`,
@@ -303,6 +310,8 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     ----------
     logits : ndarray, float32 or float64, shape ``(..., k)``
     keep : ndarray of bool broadcastable to ``logits``, or None (keep all)
+    check : bool
+        Check the arguments (``False``: the caller has; see the module docstring).
 
     Returns
     -------
@@ -311,11 +320,12 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     inf_rows : ndarray of bool, shape ``(logits.size // k,)``
         The rows (``logits`` flattened to ``(-1, k)``) with a kept ``+inf``.
     """
-    _check(logits=logits)
+    if check:
+        _check(logits=logits)
+        if keep is not None and np.asarray(keep).dtype != np.bool_:
+            raise TypeError(f"keep must be a boolean array or None, got {np.asarray(keep).dtype}")
     width = logits.shape[-1]
     x = _rows(logits, width)
-    if keep is not None and np.asarray(keep).dtype != np.bool_:
-        raise TypeError(f"keep must be a boolean array or None, got {np.asarray(keep).dtype}")
     mask = np.broadcast_to(np.True_ if keep is None else keep, logits.shape).reshape(-1, width)
     out = np.empty_like(x)
     inf_rows = np.empty(x.shape[0], dtype=np.bool_)
@@ -323,10 +333,11 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     return out.reshape(logits.shape), inf_rows
 
 
-def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray) -> np.ndarray:
+def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray, *, check: bool = True) -> np.ndarray:
     r"""Backward of :func:`softmax_rows`: :math:`\partial L/\partial x = p \odot (g - \langle g, p\rangle)`
     per row (``dprobs`` and ``probs`` of one shape and dtype)."""
-    _check(probs.shape, dprobs=dprobs, probs=probs)
+    if check:
+        _check(probs.shape, dprobs=dprobs, probs=probs)
     width = probs.shape[-1]
     p, g = _rows(probs, width), _rows(dprobs, width)
     dx = np.empty_like(p)
@@ -356,7 +367,7 @@ def _cross_entropy_rows(x, targets, probs, logp_t, bad_rows):
         logp_t[i] = (xr[targets[i]] - m) - math.log(total)
 
 
-def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray):
+def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray, *, check: bool = True):
     r"""Softmax and target log-probability per row, one pass each: ``(probs, logp_t, bad_rows)``.
 
     :math:`p_{jc} = e^{z_{jc} - m_j} / s_j`, :math:`\log p_{j t_j} = z_{j t_j} - m_j - \log s_j`
@@ -369,12 +380,15 @@ def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray):
     ----------
     logits : ndarray, float32 or float64, shape ``(rows, C)``
     targets : integer ndarray, shape ``(rows,)``, each in ``[0, C)``
+    check : bool
+        Check the arguments (``False``: the caller has; see the module docstring).
     """
-    _check(logits=logits)
-    if logits.ndim != 2:
-        raise ValueError(f"logits must be (rows, C), got shape {logits.shape}")
+    if check:
+        _check(logits=logits)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be (rows, C), got shape {logits.shape}")
+        targets = _check_targets(targets, logits.shape[0], logits.shape[1])
     logits = np.ascontiguousarray(logits)
-    targets = _check_targets(targets, logits.shape[0], logits.shape[1])
     probs = np.empty_like(logits)
     logp_t = np.empty(logits.shape[0], dtype=logits.dtype)
     bad_rows = np.empty(logits.shape[0], dtype=np.bool_)
@@ -391,16 +405,17 @@ def _cross_entropy_backward(probs, targets, weights, d):
         d[i, targets[i]] = (probs[i, targets[i]] - probs.dtype.type(1)) * w
 
 
-def cross_entropy_backward(probs: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def cross_entropy_backward(probs: np.ndarray, targets: np.ndarray, weights: np.ndarray, *,
+                           check: bool = True) -> np.ndarray:
     r""":math:`(p_{jc} - [c = t_j])\,w_j` per row (``weights`` ``w``: ``[t_j \ne \text{ignore}]\,dL/N``
     in the probabilities' dtype), as :func:`posenc_np.layers.softmax_cross_entropy_backward`."""
-    _check(probs=probs)
-    if probs.ndim != 2:
-        raise ValueError(f"probs must be (rows, C), got shape {probs.shape}")
-    _check((probs.shape[0],), weights=weights)
-    _check(probs=probs, weights=weights)
+    if check:
+        _check(probs=probs, weights=weights)
+        if probs.ndim != 2:
+            raise ValueError(f"probs must be (rows, C), got shape {probs.shape}")
+        _check((probs.shape[0],), weights=weights)
+        targets = _check_targets(targets, probs.shape[0], probs.shape[1])
     probs = np.ascontiguousarray(probs)
-    targets = _check_targets(targets, probs.shape[0], probs.shape[1])
     d = np.empty_like(probs)
     _cross_entropy_backward(probs, targets, weights, d)
     return d
@@ -417,11 +432,12 @@ def _sum_squares(x):
     return total
 
 
-def sum_squares(a: np.ndarray) -> float:
+def sum_squares(a: np.ndarray, *, check: bool = True) -> float:
     r""":math:`\sum_i a_i^2` of a C-contiguous float32/float64 array, accumulated in float64, in
     one pass (gradient clipping's norm and its finiteness test: a NaN or inf element makes the
     sum NaN or inf; so can float64 elements beyond ~1e154, whose squares overflow)."""
-    _check(a=a)
+    if check:
+        _check(a=a)
     return _sum_squares(a.reshape(-1))
 
 
@@ -440,7 +456,7 @@ def _adamw(p, g, m, v, b1, c1, b2, c2, decay, step_size, root_bc2, eps):
 
 
 def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: float, root_bc2: float,
-                 eps: float) -> None:
+                 eps: float, check: bool = True) -> None:
     r"""One AdamW update of one parameter, in place on ``p``, ``m``, ``v``.
 
     :math:`m \leftarrow \beta_1 m + (1 - \beta_1) g`, :math:`v \leftarrow \beta_2 v + (1 - \beta_2) g^2`,
@@ -458,12 +474,15 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: f
         :math:`1 - \eta\lambda` (1 for a parameter without weight decay: ``p * 1`` is ``p``).
     step_size, root_bc2, eps : float
         :math:`s`, :math:`\sqrt{1 - \beta_2^t}`, :math:`\epsilon`.
+    check : bool
+        Check the arguments (``False``: the caller has; see the module docstring).
     """
-    _check(p.shape, p=p, g=g, m=m, v=v)
-    for name, a in (("p", p), ("g", g), ("m", m), ("v", v)):
-        if not a.flags.c_contiguous or (name != "g" and not a.flags.writeable):
-            raise ValueError(f"{name} must be a C-contiguous{'' if name == 'g' else ', writeable'} array "
-                             "(it is updated through a flat view)")
+    if check:
+        _check(p.shape, p=p, g=g, m=m, v=v)
+        for name, a in (("p", p), ("g", g), ("m", m), ("v", v)):
+            if not a.flags.c_contiguous or (name != "g" and not a.flags.writeable):
+                raise ValueError(f"{name} must be a C-contiguous{'' if name == 'g' else ', writeable'} array "
+                                 "(it is updated through a flat view)")
     ft = p.dtype.type
     _adamw(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2),
            ft(decay), ft(step_size), ft(root_bc2), ft(eps))
