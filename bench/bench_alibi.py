@@ -417,8 +417,8 @@ def decode(quick: bool = False, torch_python: str | None = None) -> dict:
         read = lambda: read_kernel(k2, v2, acc)  # noqa: E731
         times = interleaved_rounds({"auto": call(), "no_splits": call(1), "one_thread": on_one_thread(call()),
                                     "read": read, "read_one_thread": on_one_thread(read)}, repeats, warmup=2)
-        rows.append({"q_len": q_len, "K": k_len, "H": heads, "splits": kalibi._key_splits(None, heads * -(
-            -q_len // kalibi.BLOCK_Q), k_len), **{f"{k}_s": t for k, t in times.items()}})
+        rows.append({"q_len": q_len, "K": k_len, "H": heads, "splits": kalibi._key_splits(
+            None, heads * -(-q_len // kalibi.BLOCK_Q), k_len, min(q_len, kalibi.BLOCK_Q)), **{f"{k}_s": t for k, t in times.items()}})
         print(f"  decode q={q_len} K={k_len} H={heads}: auto {1e3 * times['auto']:.2f} ms, "
               f"1 thread {1e3 * times['one_thread']:.2f} ms; read of k, v {1e3 * times['read']:.2f} / "
               f"{1e3 * times['read_one_thread']:.2f} ms", flush=True)

@@ -139,12 +139,15 @@ def test_auto_splits_only_when_items_are_few(monkeypatch):
 
     if numba.get_num_threads() < 2:
         pytest.skip("needs two Numba threads")
-    assert kalibi._key_splits(None, 1, 65536) > 1  # one head, one query tile, long cache
-    assert kalibi._key_splits(None, 1, 200) == 1  # too few keys to split
-    assert kalibi._key_splits(None, 64, 65536) == 1  # the heads already occupy the threads
-    assert kalibi._key_splits(3, 64, 65536) == 3
+    assert kalibi._key_splits(None, 1, 65536, 1) > 1  # one head, one query, long cache
+    assert kalibi._key_splits(None, 1, 200, 1) == 1  # too few keys to split
+    assert kalibi._key_splits(None, 1, 4096, 1) == 1  # one query: 4096 keys are too little work
+    # 16 queries over the same keys: 16 times the work per key, enough to split
+    assert kalibi._key_splits(None, 1, 4096, 16) == -(-2 * numba.get_num_threads() // 1)
+    assert kalibi._key_splits(None, 64, 65536, 1) == 1  # the heads already occupy the threads
+    assert kalibi._key_splits(3, 64, 65536, 1) == 3
     with pytest.raises(ValueError, match="key_splits"):
-        kalibi._key_splits(0, 1, 100)
+        kalibi._key_splits(0, 1, 100, 1)
 
 
 def test_splits_with_fully_masked_rows_and_nonfinite_inputs():

@@ -61,18 +61,51 @@ def test_damaged_cache_files_are_recompiled_and_replaced(tmp_path):
     assert _run(tmp_path) == [(1, 0)] * len(DAMAGE)  # ... and the fresh entry replaced it
 
 
-def test_every_kernel_goes_through_the_tolerant_cache():
-    """The wiring: each cached dispatcher in posenc_np.kernels has the tolerant load/save."""
+def _dispatchers():
+    """``(module, name, dispatcher)`` of every Numba dispatcher in posenc_np.kernels."""
     import numba.core.registry
 
-    from posenc_np.kernels import _numba, alibi, rope
+    from posenc_np.kernels import alibi, layers, rope
+
+    for module in (alibi, layers, rope):
+        for name, obj in vars(module).items():
+            if isinstance(obj, numba.core.registry.CPUDispatcher):
+                yield module.__name__, name, obj
+
+
+def test_every_kernel_goes_through_the_tolerant_cache():
+    """The wiring: each cached dispatcher in posenc_np.kernels has the tolerant load/save."""
+    from posenc_np.kernels import _numba
 
     found = 0
-    for module in (alibi, rope):
-        for name, obj in vars(module).items():
-            cache = getattr(obj, "_cache", None)
-            if isinstance(obj, numba.core.registry.CPUDispatcher) and type(cache).__name__ != "NullCache":
-                found += 1
-                assert "_tolerate_bad_cache" in cache.load_overload.__qualname__, name
-                assert "_tolerate_bad_cache" in cache.save_overload.__qualname__, name
-    assert found >= 10 or _numba.cache_dir() is None
+    for module, name, obj in _dispatchers():
+        cache = getattr(obj, "_cache", None)
+        if type(cache).__name__ != "NullCache":
+            found += 1
+            assert "_tolerate_bad_cache" in cache.load_overload.__qualname__, (module, name)
+            assert "_tolerate_bad_cache" in cache.save_overload.__qualname__, (module, name)
+    assert found >= 20 or _numba.cache_dir() is None
+
+
+def test_compiled_kernels_can_be_cached():
+    """Numba silently skips caching a kernel that refers to a "dynamic global" (a ctypes
+    pointer, e.g. ``numba.get_num_threads()`` called inside the kernel), so that every process
+    compiles it again. Stop 21's flash-decoding kernel did. After a call of each public kernel
+    family (the split decoding path included), no compiled overload may hold one."""
+    import numpy as np
+
+    from posenc_np.kernels import alibi, layers, rope
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, n, 8)).astype(np.float32) for n in (1, 300, 300))
+    alibi.alibi_attention_forward(q, k, v, np.array([0.5]), causal=True, scale=0.3, key_splits=2)
+    x = rng.standard_normal((2, 3, 4, 8)).astype(np.float32)
+    cos, sin = np.ones((4, 8), np.float32), np.zeros((4, 8), np.float32)
+    rope.rope_apply(x, cos, sin, layout="half")
+    layers.softmax_rows(x.reshape(-1, 8), None)
+    compiled = 0
+    for module, name, obj in _dispatchers():
+        for cres in obj.overloads.values():
+            compiled += 1
+            assert not cres.library.has_dynamic_globals, (module, name)
+    assert compiled >= 3

@@ -87,9 +87,10 @@ import contextlib
 import functools
 import math
 
+import numba
 import numpy as np
 from llvmlite import ir
-from numba import get_num_threads, prange, types
+from numba import prange, types
 from numba.core.extending import intrinsic, overload
 
 from .._checks import check_bool, check_choice, check_int, check_real
@@ -115,11 +116,13 @@ BLOCK_K = 64
 #: loops skip the BLAS thread limit too (threadpoolctl costs ~50 us per call).
 SMALL_Q = 16
 
-#: Shortest key range of a flash-decoding split (``key_splits=None``). Measured on the 2-core
-#: box, one query, one head, d = 64: 4096 keys in 4 ranges of 1024 took 0.31 ms on 2 threads
-#: against 0.29 ms on one (a one-pass read of those keys gains nothing from a second thread
-#: either); 16384 keys gain 1.1-1.4x.
-MIN_SPLIT_KEYS = 4096
+#: Least work of a flash-decoding key range (``key_splits=None``), in query-key products: a
+#: range of a tile of ``r`` query rows has at least ``MIN_SPLIT_PRODUCTS / r`` keys. Measured on
+#: the 2-core box, one head, d = 64, 2 threads against one: one query over 4096 keys in 4 ranges
+#: of 1024 took 0.31 ms against 0.29 ms (a one-pass read of those keys gains nothing from a
+#: second thread either), 16384 keys gain 1.1-1.4x; 16 queries over 4096 keys in 4 ranges of
+#: 1024 (16384 products each) 0.54 ms against 0.89 ms, over 1024 keys no gain.
+MIN_SPLIT_PRODUCTS = 4096
 
 # ALIBI_NUMBA_MIN_T (the backend="auto" switch) is defined in posenc_np.kernels so that reading
 # it does not import Numba; it is re-exported here.
@@ -223,21 +226,20 @@ def _per_item_slopes(slopes, n_items, dtype):
     return np.ascontiguousarray(np.tile(-slopes.astype(np.float64), n_items // slopes.shape[0]), dtype=dtype)
 
 
-def _key_splits(key_splits, work: int, k_len: int) -> int:
+def _key_splits(key_splits, work: int, k_len: int, rows: int) -> int:
     """How many key ranges each (head, query tile) is split into (flash-decoding).
 
-    ``None`` (auto): 1 when the (head, query tile) items already give every thread two,
-    else enough ranges for about two items per thread, each at least :data:`MIN_SPLIT_KEYS`
-    keys long (a shorter range costs more in thread wake-up and combining than it saves).
+    ``None`` (auto): 1 when the ``work`` (head, query tile) items already give every thread two,
+    else enough ranges for about two items per thread, each of at least
+    :data:`MIN_SPLIT_PRODUCTS` query-key products for a tile of ``rows`` queries (a smaller
+    range costs more in thread wake-up and combining than it saves).
     """
     if key_splits is not None:
         return check_int(key_splits, "key_splits", minimum=1)
-    import numba
-
     threads = numba.get_num_threads()
     if threads == 1 or work >= 2 * threads:
         return 1
-    return max(1, min(-(-2 * threads // work), k_len // MIN_SPLIT_KEYS))
+    return max(1, min(-(-2 * threads // work), k_len * rows // MIN_SPLIT_PRODUCTS))
 
 
 def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_offset=None, key_splits=None):
@@ -298,7 +300,7 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
     if n_items and q_len and k_len:
         mneg = _per_item_slopes(slopes, n_items, compute)
         work = n_items * -(-q_len // BLOCK_Q)
-        splits = _key_splits(key_splits, work, k_len)
+        splits = _key_splits(key_splits, work, k_len, min(q_len, BLOCK_Q))
         sc, ninf = compute.type(scale), compute.type(-np.inf)
         blas = blas_single_thread() if q_len > SMALL_Q else contextlib.nullcontext()
         with launch_guard(), blas, _threads_for(work * splits):
@@ -308,8 +310,11 @@ def alibi_attention_forward(q, k, v, slopes, *, causal: bool, scale: float, q_of
                 part_acc = np.empty((n_items, splits, q_len, dv), dtype=compute)
                 part_m = np.empty((n_items, splits, q_len), dtype=compute)
                 part_l = np.empty((n_items, splits, q_len), dtype=compute)
+                # the combination's items: in parallel only when every thread gets two (see
+                # the kernel); decided here, as get_num_threads() in a kernel stops Numba caching it
+                parallel_combine = work >= 2 * numba.get_num_threads()
                 _forward_split_kernel(q3, k3, v3, mneg, group, causal, sc, q_offset, ninf, splits,
-                                      part_acc, part_m, part_l, out, lse)
+                                      part_acc, part_m, part_l, out, lse, parallel_combine)
     return _to_io(out, io).reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
 
@@ -362,8 +367,6 @@ def alibi_attention_backward(dout, q, k, v, out, lse, slopes, *, causal: bool, s
         delta = np.empty((n_items, q_len), dtype=compute)
         sc, ninf = compute.type(scale), compute.type(-np.inf)
         if method == "auto":
-            import numba
-
             threads = numba.get_num_threads()
             method = "one-pass" if threads == 1 or n_kv >= 2 * threads else "two-pass"
         with launch_guard(), blas_single_thread():
@@ -393,20 +396,17 @@ class _threads_for:
     """
 
     def __init__(self, work_items: int):
-        import numba
-
-        self._numba = numba
         self._saved = numba.get_num_threads()
         self._wanted = self._saved if work_items >= 2 * self._saved else 1
 
     def __enter__(self):
         if self._wanted != self._saved:
-            self._numba.set_num_threads(self._wanted)
+            numba.set_num_threads(self._wanted)
         return self
 
     def __exit__(self, *exc):
         if self._wanted != self._saved:
-            self._numba.set_num_threads(self._saved)
+            numba.set_num_threads(self._saved)
         return False
 
 
@@ -727,13 +727,22 @@ def _small_qkt(q_a, k_n, j0, s):
 
 @njit_kernel(parallel=False, noalias=True)  # writes only s / pv, never an input
 def _small_pv(s, v_n, j0, pv):
-    """``pv = s @ v_n[j0:j0 + bk]`` for at most :data:`SMALL_Q` query rows, without a BLAS call."""
+    """``pv = s @ v_n[j0:j0 + bk]`` for at most :data:`SMALL_Q` query rows, without a BLAS call.
+
+    Four keys per pass over ``pv``'s row: one key per pass makes every pass wait for the
+    previous pass's stores (8.7 -> 6.4 ns a key, one query, d = 64, L2-resident keys)."""
     bq, bk = s.shape
     dv = pv.shape[1]
+    quads = bk - bk % 4
     for a in range(bq):
         for c in range(dv):
             pv[a, c] = 0
-        for b in range(bk):
+        for b in range(0, quads, 4):
+            p0, p1, p2, p3 = s[a, b], s[a, b + 1], s[a, b + 2], s[a, b + 3]
+            r = j0 + b
+            for c in range(dv):
+                pv[a, c] += (p0 * v_n[r, c] + p1 * v_n[r + 1, c]) + (p2 * v_n[r + 2, c] + p3 * v_n[r + 3, c])
+        for b in range(quads, bk):
             p = s[a, b]
             for c in range(dv):
                 pv[a, c] += p * v_n[j0 + b, c]
@@ -804,9 +813,10 @@ def _forward_kernel(q, k, v, mneg, group, causal, scale, off, ninf, out, lse):
 
 @njit_kernel()
 def _forward_split_kernel(q, k, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l,
-                          out, lse):
+                          out, lse, parallel_combine):
     """Flash-decoding: each (head, query tile)'s keys in ``splits`` ranges of whole key tiles,
-    one work item per range writing its partial state, then an exact combination per row."""
+    one work item per range writing its partial state, then an exact combination per row
+    (a parallel loop over the (head, query tile) items if ``parallel_combine``)."""
     n_items, q_len, _ = q.shape
     k_len = k.shape[1]
     d_v = v.shape[2]
@@ -838,7 +848,7 @@ def _forward_split_kernel(q, k, v, mneg, group, causal, scale, off, ninf, splits
     # thread (what key_splits=None gives) it runs on the calling thread: a second parallel
     # region would wake the sleeping OpenMP threads again for a few microseconds of work.
     n_out = n_items * n_qt
-    if n_out >= 2 * get_num_threads():
+    if parallel_combine:
         for t in prange(n_out):
             _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf)
     else:
