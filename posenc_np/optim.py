@@ -60,9 +60,10 @@ def _check_grads(grads, params: dict, name: str = "grads", kernel: bool = False)
     _check_finite(grads, name, _sums_of_squares(grads, True) if kernel else None)
 
 
-def _kernel_ready(p, g, m, v) -> bool:
-    """One dtype (float32 or float64), one shape, all C-contiguous: the fused update applies."""
-    return kernel_dtype(p, g, m, v) and all(a.shape == p.shape and a.flags.c_contiguous for a in (p, g, m, v))
+def _flat_ready(*arrays) -> bool:
+    """One dtype (float32 or float64), all C-contiguous and writeable: flat views of the arrays
+    are the arrays, and the kernel may write them."""
+    return kernel_dtype(*arrays) and all(a.flags.c_contiguous and a.flags.writeable for a in arrays)
 
 
 def _check_arrays(grads, name: str) -> None:
@@ -117,11 +118,13 @@ class Adam:
     decay : callable ``(name, array) -> bool``, optional
         Which parameters decay; default: arrays with ``ndim >= 2``.
     backend : {"auto", "numpy", "numba"}
-        ``"numpy"``: the NumPy update below. ``"auto"``/``"numba"``: the fused
+        ``"numpy"``: the NumPy update below. ``"auto"``/``"numba"``: the fused kernel of
         :func:`posenc_np.kernels.layers.adamw_update` (the same operations in the same order
         and dtype, bit-identical, ~3x faster per parameter) for every parameter whose
         ``p``, gradient and moments are C-contiguous arrays of one float32/float64 dtype; the
-        NumPy update for the others.
+        NumPy update for the others. The flat views it takes are made once per parameter and
+        its scalars once per step (:func:`~posenc_np.kernels.layers.adamw_flat`), so a call costs
+        ~1 us of Python instead of ~4.5 us.
 
     Attributes
     ----------
@@ -139,6 +142,8 @@ class Adam:
             if not isinstance(v, np.ndarray) or v.dtype.kind != "f":
                 raise TypeError(f"params[{k!r}] must be a float ndarray (updated in place), got "
                                 f"{type(v).__name__} {getattr(v, 'dtype', '')}")
+            if not v.flags.writeable:
+                raise ValueError(f"params[{k!r}] must be writeable (it is updated in place), got a read-only array")
         self.params = params
         self.lr = check_real(lr, "lr", nonnegative=True)
         self.betas = _check_betas(betas)
@@ -152,6 +157,7 @@ class Adam:
         self.m = {k: np.zeros_like(v) for k, v in params.items()}
         self.v = {k: np.zeros_like(v) for k, v in params.items()}
         self.t = 0
+        self._flat = {}  # name -> (p, m, v, their flat views), see _flat_views
 
     def step(self, grads: dict, lr: float | None = None) -> None:
         """One update of every parameter from ``grads`` (same keys and shapes as ``params``).
@@ -164,12 +170,17 @@ class Adam:
         self.t += 1
         step_size = lr / (1.0 - b1 ** self.t)
         root_bc2 = math.sqrt(1.0 - b2 ** self.t)
+        scalars = {}  # (dtype, decay) -> the kernel's scalar arguments, rounded once per step
         for k, p in self.params.items():
             g, m, v = grads[k], self.m[k], self.v[k]
             decay = 1.0 - lr * self.weight_decay if self.weight_decay and self.decay[k] else 1.0
-            if self.backend != "numpy" and _kernel_ready(p, g, m, v):
-                _kernels().adamw_update(p, g, m, v, b1=b1, b2=b2, decay=decay, step_size=step_size,
-                                        root_bc2=root_bc2, eps=self.eps, check=False)
+            flat = self._flat_views(k, p, m, v) if self.backend != "numpy" else None
+            if flat is not None and g.dtype == p.dtype and g.flags.c_contiguous:
+                key = (p.dtype, decay)
+                if key not in scalars:
+                    scalars[key] = _kernels().adamw_scalars(p.dtype, b1=b1, b2=b2, decay=decay, step_size=step_size,
+                                                            root_bc2=root_bc2, eps=self.eps)
+                _kernels().adamw_flat(flat[0], g.reshape(-1), flat[1], flat[2], scalars[key])
                 continue
             m *= b1
             m += (1.0 - b1) * g
@@ -181,6 +192,17 @@ class Adam:
             denom /= root_bc2
             denom += self.eps
             p -= step_size * (m / denom)
+
+    def _flat_views(self, k: str, p: np.ndarray, m: np.ndarray, v: np.ndarray):
+        """Flat views ``(p, m, v)`` of parameter ``k`` for the fused update, or ``None`` when its
+        arrays do not allow one (not C-contiguous, or not one float32/float64 dtype). Made once
+        and reused while ``params[k]``, ``m[k]`` and ``v[k]`` are the same arrays (checking
+        that is cheaper than making the views and checking the flags on every step)."""
+        seen = self._flat.get(k)
+        if seen is None or seen[0] is not p or seen[1] is not m or seen[2] is not v:
+            views = tuple(a.reshape(-1) for a in (p, m, v)) if _flat_ready(p, m, v) else None
+            seen = self._flat[k] = (p, m, v, views)
+        return seen[3]
 
     def state_dict(self) -> dict:
         """Arrays only (for NPZ): ``t``, ``m.<name>``, ``v.<name>`` and hyper-parameters as JSON-able values."""

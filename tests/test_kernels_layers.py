@@ -214,6 +214,43 @@ def test_adamw_strided_gradient_takes_the_numpy_update():
     np.testing.assert_array_equal(p, q)
 
 
+def test_adamw_follows_arrays_replaced_between_steps():
+    """The fused path keeps flat views of each parameter and its moments between steps; a
+    parameter or moment array replaced in the dicts must be the one updated (the old one left
+    alone), bit-identically to the NumPy update doing the same."""
+    rng = np.random.default_rng(13)
+    runs = []
+    for backend in ("numba", "numpy"):
+        w = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+        opt = optim.Adam({"w": w}, lr=1e-2, weight_decay=0.1, backend=backend)
+        grads = [rng.standard_normal((3, 4)).astype(np.float32) for _ in range(3)]
+        opt.step({"w": grads[0]})
+        after_one = w.copy()
+        opt.params["w"] = w2 = w.copy() * 2  # a new parameter array
+        opt.step({"w": grads[1]})
+        np.testing.assert_array_equal(w, after_one)  # the old array is not touched
+        opt.m["w"] = opt.m["w"].copy()  # new moment arrays
+        opt.v["w"] = opt.v["w"].copy()
+        opt.step({"w": grads[2]})
+        runs.append((w2, opt.m["w"], opt.v["w"]))
+        rng = np.random.default_rng(13)
+    for fused, ref in zip(*runs):
+        np.testing.assert_array_equal(fused, ref)
+
+
+def test_adam_refuses_a_read_only_parameter_by_name():
+    """A read-only parameter reached the fused update, where Numba raised a TypingError."""
+    w = np.ones((2, 3), np.float32)
+    w.flags.writeable = False
+    with pytest.raises(ValueError, match=r"params\['w'\] must be writeable"):
+        optim.Adam({"w": w})
+    ok = np.ones((2, 3), np.float32)
+    opt = optim.Adam({"w": ok})
+    ok.flags.writeable = False  # made read-only after construction: NumPy's own error, not Numba's
+    with pytest.raises(ValueError, match="read-only"):
+        opt.step({"w": np.ones((2, 3), np.float32)})
+
+
 def test_backend_is_checked():
     for make in (lambda: layers.LayerNorm(4, backend="torch"), lambda: layers.GELU(backend="cuda"),
                  lambda: optim.Adam({"w": np.zeros(2)}, backend="fast")):

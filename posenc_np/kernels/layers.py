@@ -64,7 +64,7 @@ import numpy as np
 from .alibi import _exp
 from ._numba import njit_kernel
 
-__all__ = ["adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
+__all__ = ["adamw_flat", "adamw_scalars", "adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
            "softmax_rows_backward", "sum_squares", "cross_entropy_rows", "cross_entropy_backward"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -483,6 +483,23 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: f
             if not a.flags.c_contiguous or (name != "g" and not a.flags.writeable):
                 raise ValueError(f"{name} must be a C-contiguous{'' if name == 'g' else ', writeable'} array "
                                  "(it is updated through a flat view)")
-    ft = p.dtype.type
-    _adamw(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2),
-           ft(decay), ft(step_size), ft(root_bc2), ft(eps))
+    adamw_flat(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1),
+               adamw_scalars(p.dtype, b1=b1, b2=b2, decay=decay, step_size=step_size, root_bc2=root_bc2, eps=eps))
+
+
+def adamw_scalars(dtype, *, b1: float, b2: float, decay: float, step_size: float, root_bc2: float,
+                  eps: float) -> tuple:
+    r"""The scalar arguments of :func:`adamw_flat` for arrays of ``dtype``: :math:`\beta_1`,
+    :math:`1 - \beta_1`, :math:`\beta_2`, :math:`1 - \beta_2`, ``decay``, ``step_size``,
+    ``root_bc2``, ``eps``, each rounded once to ``dtype`` (as NumPy rounds a Python float
+    operand of a float32 array), so that float32 updates stay float32."""
+    ft = np.dtype(dtype).type
+    return (ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2), ft(decay), ft(step_size), ft(root_bc2), ft(eps))
+
+
+def adamw_flat(p, g, m, v, scalars: tuple) -> None:
+    """:func:`adamw_update` on flat views without any check: ``p, g, m, v`` 1-D, C-contiguous,
+    one float32/float64 dtype and length, ``scalars`` from :func:`adamw_scalars` for that dtype.
+    For an optimizer that prepares the views and scalars once (a call costs ~1 us against
+    ~4.5 us through :func:`adamw_update`)."""
+    _adamw(p, g, m, v, *scalars)
