@@ -64,8 +64,8 @@ import numpy as np
 from .alibi import _exp
 from ._numba import njit_kernel
 
-__all__ = ["adamw_flat", "adamw_scalars", "adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward", "softmax_rows",
-           "softmax_rows_backward", "sum_squares", "cross_entropy_rows", "cross_entropy_backward"]
+__all__ = ["adamw_flat", "adamw_scalars", "adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward",
+           "softmax_rows", "softmax_rows_backward", "sum_squares", "cross_entropy_rows", "cross_entropy_backward"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
