@@ -37,6 +37,7 @@ from ._checks import as_float_array, check_bool, check_int, check_lengths
 from ._attention_checks import (check_attention_cache, check_broadcast, check_hook_term, check_hooks, check_qkv,
                                 check_scale)
 from ._util import kernel_dtype, sum_to_shape
+from .layers import _kernels
 from .positions import _causal
 
 __all__ = ["Hook", "backward", "causal_mask", "forward", "merge_heads", "softmax", "split_heads"]
@@ -174,9 +175,7 @@ def forward(q, k, v, *, bias=None, mask=None, causal: bool = False, scale=None, 
 def _softmax_fused(logits: np.ndarray, keep) -> np.ndarray:
     """:func:`_softmax` over the last axis by the kernel; the rows it flags (a kept ``+inf``,
     rare) by :func:`_softmax` itself."""
-    from .kernels import layers as kernels  # first use only: `import posenc_np.attention` stays free of Numba
-
-    probs, inf_rows = kernels.softmax_rows(logits, keep, check=False)
+    probs, inf_rows = _kernels().softmax_rows(logits, keep, check=False)
     if inf_rows.any():
         width = logits.shape[-1]
         rows = np.flatnonzero(inf_rows)
@@ -247,9 +246,7 @@ def _backward(dout, cache) -> dict:
         if extra is not None:
             dprobs = dprobs + extra
     if cache.get("fused_softmax") and kernel_dtype(probs, dprobs):
-        from .kernels import layers as kernels
-
-        dlogits = kernels.softmax_rows_backward(dprobs, probs, check=False)
+        dlogits = _kernels().softmax_rows_backward(dprobs, probs, check=False)
     else:
         dlogits = softmax_backward(dprobs, probs)
     dq = scale * (dlogits @ k)

@@ -195,7 +195,7 @@ class Adam:
 
     def _flat_views(self, k: str, p: np.ndarray, m: np.ndarray, v: np.ndarray):
         """Flat views ``(p, m, v)`` of parameter ``k`` for the fused update, or ``None`` when its
-        arrays do not allow one (not C-contiguous, or not one float32/float64 dtype). Made once
+        arrays do not allow one (not C-contiguous, read-only, or not one float32/float64 dtype). Made once
         and reused while ``params[k]``, ``m[k]`` and ``v[k]`` are the same arrays (checking
         that is cheaper than making the views and checking the flags on every step)."""
         seen = self._flat.get(k)

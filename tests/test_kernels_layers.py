@@ -27,6 +27,8 @@ Tolerances:
 
 from __future__ import annotations
 
+import math
+
 import mpmath
 import numpy as np
 import pytest
@@ -201,6 +203,24 @@ def test_adamw_kernel_is_bit_identical_to_the_numpy_update(dtype, weight_decay):
             np.testing.assert_array_equal(params[k], twins[k])
             np.testing.assert_array_equal(fast.m[k], slow.m[k])
             np.testing.assert_array_equal(fast.v[k], slow.v[k])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_adamw_update_entry_is_the_numpy_update(dtype):
+    """The checked public entry (Adam itself calls the unchecked ``adamw_flat``)."""
+    rng = np.random.default_rng(14)
+    p = rng.standard_normal((6, 4)).astype(dtype)
+    twin = p.copy()
+    ref = optim.Adam({"w": twin}, lr=2e-3, weight_decay=0.05, backend="numpy")
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    for t in (1, 2, 3):
+        g = rng.standard_normal(p.shape).astype(dtype)
+        ref.step({"w": g.copy()})
+        kl.adamw_update(p, g, m, v, b1=0.9, b2=0.999, decay=1.0 - 2e-3 * 0.05, step_size=2e-3 / (1.0 - 0.9 ** t),
+                        root_bc2=math.sqrt(1.0 - 0.999 ** t), eps=1e-8)
+        np.testing.assert_array_equal(p, twin)
+        np.testing.assert_array_equal(m, ref.m["w"])
+        np.testing.assert_array_equal(v, ref.v["w"])
 
 
 def test_adamw_strided_gradient_takes_the_numpy_update():

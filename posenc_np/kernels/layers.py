@@ -61,6 +61,7 @@ import math
 
 import numpy as np
 
+from .._util import _KERNEL_DTYPES
 from .alibi import _exp
 from ._numba import njit_kernel
 
@@ -132,7 +133,7 @@ def _check(shape=None, **arrays) -> None:
     Numba's typing errors or indexing out of bounds."""
     first = None
     for name, a in arrays.items():
-        if not isinstance(a, np.ndarray) or a.dtype not in (np.float32, np.float64):
+        if not isinstance(a, np.ndarray) or a.dtype not in _KERNEL_DTYPES:
             raise TypeError(f"{name} must be a float32 or float64 ndarray, got {type(a).__name__} "
                             f"{getattr(a, 'dtype', '')}")
         if first is None:
