@@ -11,7 +11,7 @@ For each shape (``(B, H, T, D)`` float32, ``(T, D)`` tables from ``rope.cos_sin`
   buffer: the rotation without any Python around it;
 - ``share``: rotation / apply, the fraction of the public call spent rotating;
 - ``calls``: Python-level function calls per ``rope.apply`` (cProfile's count);
-- ``checks``: the door's argument checks alone (``_table_checks.check_apply``);
+- ``checks``: the door's argument checks alone (``rope._check_rotation``);
 - ``launch``: the unchecked kernel entry ``kernels.rope.rotate_tables`` (the kernel's Python
   planning and the launch: everything ``apply`` does after its checks);
 - ``out=x``: median wall time of ``rope.apply(x, cos, sin, out=x)`` (in place, no output
@@ -97,9 +97,9 @@ def measure_shape(shape, repeat: int) -> dict:
     for _ in range(20):
         apply()
     kernel, args = _captured_kernel_call(apply)
-    # _rope_kernel(xb1, ob1, ..., xb2, ob2, ...): ob1 (and ob2, the same buffer when there is no
-    # second operand) is the flat output buffer, allocated per call as rope.apply does.
-    out1, out2 = 1, 9
+    # _rope_kernel(xb1, ob1, A1, I1, meta1, n1, xb2, ob2, ...): ob1 (and ob2, the same buffer when there is
+    # no second operand) is the flat output buffer, allocated per call as rope.apply does.
+    out1, out2 = 1, 7
 
     def rotation():
         ob = np.empty_like(args[out1])
@@ -110,10 +110,10 @@ def measure_shape(shape, repeat: int) -> dict:
     row = {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),
            "share": round(t_rot / t_apply, 3), "calls": _calls_per(apply)}
     try:  # this layout of the library: the door's checks alone, and the unchecked kernel entry
-        from posenc_np._table_checks import check_apply
+        from posenc_np.rope import _check_rotation
     except ImportError:
         return row
-    row["checks_us"] = round(_median_us(lambda: check_apply(x, cos, sin, "half", "auto", None, "x"), repeat), 1)
+    row["checks_us"] = round(_median_us(lambda: _check_rotation(cos, sin, "half", x=x), repeat), 1)
     row["launch_us"] = round(_median_us(lambda: krope.rotate_tables(x, cos, sin, "half", False, None), repeat), 1)
     row["in_place_us"] = round(_median_us(lambda: rope.apply(x, cos, sin, out=x), repeat), 1)
     return row

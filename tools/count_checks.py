@@ -1,8 +1,10 @@
 r"""Count argument-check statements against all executable statements, per module.
 
 Usage: ``python tools/count_checks.py [--json] [FILE ...]`` (default: the encoding modules,
-:data:`ENCODING_MODULES`). Prints one row per module: executable statements, check statements,
-their share, and whether it is within the target (at most a quarter, issue 12).
+:data:`ENCODING_MODULES`, and the check modules, :data:`CHECK_MODULES`). Prints one row per module:
+executable statements, check statements and their share, then the *validation share*: check
+statements of the encoding modules plus every statement of the check modules, over all their
+statements. The target is at most 30 % (:data:`TARGET`).
 
 A *statement* is an ``ast.stmt`` node, counted once however many lines it spans; compound
 statements count once for their header and their bodies are counted statement by statement.
@@ -53,8 +55,11 @@ ENCODING_MODULES = (
     "posenc_np/relative/dpb.py",
 )
 
+#: Modules that hold argument checks only (every statement counts as validation), where they exist.
+CHECK_MODULES = ("posenc_np/_checks.py", "posenc_np/_table_checks.py", "posenc_np/_attention_checks.py")
+
 VALIDATOR = re.compile(r"^_?(check|validate|require|normali[sz]e|as_)")
-TARGET = 0.25
+TARGET = 0.30
 
 
 def _is_validator_name(name: str | None) -> bool:
@@ -136,20 +141,33 @@ def count(source: str, listing: list | None = None) -> tuple[int, int]:
     return total, checks
 
 
+def measure(files=()) -> list[dict]:
+    """One row per module (default: the encoding and check modules that exist): ``module``,
+    ``statements``, ``checks`` (every statement of a check module), ``share`` and the check ``lines``."""
+    rows = []
+    for name in files or [f for f in ENCODING_MODULES + CHECK_MODULES if (ROOT / f).exists()]:
+        path = Path(name) if Path(name).is_absolute() else ROOT / name
+        lines: list = []
+        total, checks = count(path.read_text(), lines)
+        if name in CHECK_MODULES:
+            checks = total
+        rows.append({"module": name, "statements": total, "checks": checks,
+                     "share": round(checks / total, 3) if total else 0.0, "lines": lines})
+    return rows
+
+
+def validation_share(rows: list[dict]) -> float:
+    """Check statements over all statements of ``rows`` (:func:`measure`)."""
+    return sum(r["checks"] for r in rows) / max(sum(r["statements"] for r in rows), 1)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", help="modules to count (default: the encoding modules)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--list", action="store_true", help="also print the line numbers of the checks")
     args = parser.parse_args(argv)
-    files = args.files or [f for f in ENCODING_MODULES if (ROOT / f).exists()]
-    rows = []
-    for name in files:
-        path = Path(name) if Path(name).is_absolute() else ROOT / name
-        lines: list = []
-        total, checks = count(path.read_text(), lines)
-        rows.append({"module": name, "statements": total, "checks": checks,
-                     "share": round(checks / total, 3) if total else 0.0, "lines": lines})
+    rows = measure(args.files)
     all_total = sum(r["statements"] for r in rows)
     all_checks = sum(r["checks"] for r in rows)
     if args.json:
@@ -158,11 +176,13 @@ def main(argv=None) -> int:
         return 0
     print(f"{'module':40s} {'statements':>10s} {'checks':>7s} {'share':>6s}")
     for r in rows:
-        flag = "" if r["share"] <= TARGET else "  > 1/4"
+        flag = "" if r["share"] <= TARGET or r["module"] in CHECK_MODULES else f"  > {TARGET:.0%}"
         print(f"{r['module']:40s} {r['statements']:10d} {r['checks']:7d} {r['share']:6.0%}{flag}")
         if args.list:
             print("    check lines:", " ".join(map(str, r["lines"])))
-    print(f"{'total':40s} {all_total:10d} {all_checks:7d} {all_checks / max(all_total, 1):6.0%}")
+    share = validation_share(rows)
+    print(f"{'total (validation share)':40s} {all_total:10d} {all_checks:7d} {share:6.0%}"
+          f"{'' if share <= TARGET else f'  > {TARGET:.0%}'}")
     return 0
 
 

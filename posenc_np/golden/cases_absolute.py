@@ -16,13 +16,14 @@ Error models (:mod:`.tolerance`), in units of :math:`u = 2^{-53}` for the float6
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from .. import absolute
 from . import oracle_absolute as oracle
 from . import tolerance as tol
-from .spec import LONG_POSITIONS, CaseSpec, Encoding, conventions, exact_normals
+from .spec import LONG_POSITIONS, CaseSpec, GoldenEncoding, conventions, exact_normals
 
 
 def _sinusoidal(params, inputs):
@@ -45,9 +46,9 @@ def _learned(params, inputs):
 
 
 ENCODINGS = [
-    Encoding("sinusoidal", oracle.sinusoidal, _sinusoidal),
-    Encoding("timing_signal", oracle.timing_signal, _timing),
-    Encoding("learned", oracle.learned, _learned),
+    GoldenEncoding("sinusoidal", oracle.sinusoidal, _sinusoidal),
+    GoldenEncoding("timing_signal", oracle.timing_signal, _timing),
+    GoldenEncoding("learned", oracle.learned, _learned),
 ]
 
 TABLE_MODEL = ("angle_tables: float64 frequencies (cases_absolute docstring), float64 p*w, libm sin/cos; "
@@ -118,3 +119,16 @@ def cases() -> list[CaseSpec]:
         description="lookup y = W[p] and dW by scatter-add; repeated positions (3, 5) accumulate, row 2 and 4 get 0",
     ))
     return out
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): the sinusoid refuses odd widths (``dim`` must be even; a case cannot
+    hold one), so its boundary is width 10, whose 5 frequencies are an odd count (the concat split at 5);
+    the reference calls stop naming transformers' TransfoXL (removed in transformers 5)."""
+    pos = np.concatenate([np.arange(8), [100, 1000, 4095, -3]]).astype(np.int64)
+    new = [_sinusoidal_case(f"sinusoidal.{layout}.d10.int", 10, 10000.0, layout, pos,
+                            f"sinusoidal encoding, {layout} layout, d=10: an odd number (5) of frequencies; odd "
+                            "widths are refused") for layout in absolute.SINUSOIDAL_LAYOUTS]
+    ref = "Transformer-XL PositionalEmbedding [sin | cos] (kimiyoung/transformer-xl pytorch/mem_transformer.py)"
+    new = [replace(s, reference_call=ref) if s.reference_call == REFERENCE["concat"] else s for s in new]
+    return {s.name: {"reference_call": ref} for s in cases() if s.reference_call == REFERENCE["concat"]}, new

@@ -28,7 +28,7 @@ import numpy as np
 from .. import attention, relative
 from . import oracle_cope as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, conventions, exact_normals
+from .spec import CaseSpec, GoldenEncoding, conventions, exact_normals
 
 
 def _forward(params, inputs):
@@ -37,7 +37,7 @@ def _forward(params, inputs):
     return {"positions": relative.cope_positions(inputs["q"], inputs["k"], **kw), "term": term}
 
 
-ENCODINGS = [Encoding("cope.forward", oracle.forward, _forward)]
+ENCODINGS = [GoldenEncoding("cope.forward", oracle.forward, _forward)]
 
 
 def _tolerances(inputs, gate_scale: float) -> dict:

@@ -27,8 +27,9 @@ import numpy as np
 from .. import relative, rope
 from . import oracle_kerple as oracle
 from . import tolerance as tol
-from .cases_rope import FREQ_MODEL, HF_COS_SIN, META_CIS, TABLE_MODEL, _conv, _freq_units, _tables_tol, rope_params
-from .spec import CaseSpec, Encoding, conventions
+from .cases_rope import (FREQ_MODEL, HF_COS_SIN, META_CIS, TABLE_MODEL, frequency_error_units, rope_conventions,
+                         rope_params, table_tolerances)
+from .spec import CaseSpec, GoldenEncoding, conventions
 
 U = tol.UNIT_ROUNDOFF["float64"]
 LAYOUT = "(heads, q_len, k_len); query i at position i + k_len - q_len, key j at j"
@@ -52,9 +53,9 @@ def _p_rope(params, inputs):
 
 
 ENCODINGS = [
-    Encoding("kerple.bias", oracle.kerple_bias, _kerple),
-    Encoding("sandwich.bias", oracle.sandwich_bias, _sandwich),
-    Encoding("rope.p_rope", oracle.p_rope, _p_rope),
+    GoldenEncoding("kerple.bias", oracle.kerple_bias, _kerple),
+    GoldenEncoding("sandwich.bias", oracle.sandwich_bias, _sandwich),
+    GoldenEncoding("rope.p_rope", oracle.p_rope, _p_rope),
 ]
 
 
@@ -108,18 +109,19 @@ def sandwich_case(h, q_len, k_len, dim, compression, why) -> CaseSpec:
 
 def p_rope_case(d, p, layout, positions, why) -> CaseSpec:
     params = {**rope_params(d, 10000.0, layout=layout), "p": p}
-    w, k = _freq_units(params)
+    w, k = frequency_error_units(params)
     inv_tol = tol.rounded(rel64=max(float(np.max(k)), 12.0) * U, dtypes=("float64", "float32"))
-    tables = _tables_tol(params, positions, amplitude=1.0)
+    tables = table_tolerances(params, positions, amplitude=1.0)
     tolerance = {t: {"abs": max(tables[t]["abs"], inv_tol.get(t, tables[t])["abs"]),
                      "rel": max(tables[t]["rel"], inv_tol.get(t, tables[t])["rel"])} for t in tables}
     kept = int(p * d // 2)
     return CaseSpec(
         name=f"rope.p_rope.{layout}.d{d}_p{p:g}".replace("p0.", "p0_"),
         encoding="rope.p_rope", params=params,
-        conventions=_conv(layout, f"Barbero et al. 2024 (p-RoPE): the first floor(p d/2) = {kept} of {d // 2} "
-                                  "frequencies (the highest) kept, the rest 0 (identity rotation); floor of the "
-                                  "float64 p times d/2, as Gemma apply_rope int(p * d // 2)"),
+        conventions=rope_conventions(layout, f"Barbero et al. 2024 (p-RoPE): the first floor(p d/2) = {kept} of "
+                                             f"{d // 2} frequencies (the highest) kept, the rest 0 (identity "
+                                             "rotation); floor of the float64 p times d/2, as Gemma apply_rope "
+                                             "int(p * d // 2)"),
         inputs={"positions": positions}, tolerances=tolerance,
         error_model=f"{TABLE_MODEL}; inv_freq: {FREQ_MODEL}",
         reference_call="gemma apply_rope(inputs, positions, base_frequency, rope_proportion=p) / transformers "
@@ -147,3 +149,23 @@ def cases() -> list[CaseSpec]:
                               (8, 0.0, "half", "p = 0: no rotation (NoPE)")):
         out.append(p_rope_case(d, p, layout, positions, why))
     return out
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): ``kerple.bias.log.h3_q5_k5``'s float64 bound admits the reference
+    code's ``-p * log(1 + a * d)``: rounding ``1 + x`` is a relative error ``u`` of ``1 + x`` that the log
+    turns into ``u / log(1 + x)`` of the result (20.5u at ``x = 0.05``), plus 3u (``log``, the products); new
+    cases give the golden audit's KERPLE ``variant``, Sandwich ``compression`` and p-RoPE ``layout``/``p`` rows
+    a second catching case."""
+    spec = next(s for s in cases() if s.name == "kerple.bias.log.h3_q5_k5")
+    units = 3 + 1 / math.log1p(float(np.min(spec.inputs["r2"])))
+    largest = float(np.max(spec.inputs["r1"]) * math.log1p(np.max(spec.inputs["r2"]) * 4))
+    return {spec.name: {
+        "tolerances": tol.rounded(rel64=units * U, ops=5, magnitude=largest),
+        "error_model": f"rounded: -r1 log(1 + r2 |m - n|) in float64 within (3 + 1/log(1 + min r2)) u = {units:.1f}u "
+                       "(log of the rounded 1 + x; log1p gives 6u); in a dtype r1, r2 and 3 operations round"}}, [
+        # second cases for the audit's variant, compression and p-RoPE rows (docs/golden-format.md, "The suite's teeth")
+        kerple_case("log", [0.6, 1.1], [0.5, 1.5], 3, 4, "r2 <= 2, so the power variant is also defined here"),
+        sandwich_case(3, 2, 6, 16, "none", "decoding block without compression"),
+        p_rope_case(100, 0.58, "interleaved", np.array([0, 1, 5, 17, 100]),
+                    "0.58 is 0.57999... in float64: p d/2 = 28.999..., floor keeps 28 pairs, not 29")]

@@ -17,7 +17,7 @@ import numpy as np
 from .. import relative
 from . import oracle_mlp_bias as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, conventions, exact_normals
+from .spec import CaseSpec, GoldenEncoding, conventions, exact_normals
 
 
 def _fire(params, inputs):
@@ -35,7 +35,7 @@ def _dpb(params, inputs):
             "bias": relative.dpb_bias(dict(inputs), params["q_len"], params["k_len"], **kw)}
 
 
-ENCODINGS = [Encoding("fire.bias", oracle.fire, _fire), Encoding("dpb.bias", oracle.dpb, _dpb)]
+ENCODINGS = [GoldenEncoding("fire.bias", oracle.fire, _fire), GoldenEncoding("dpb.bias", oracle.dpb, _dpb)]
 
 
 def _mlp_tol(weights: dict, x_max: float, x_err: dict, activation: str) -> dict:
@@ -65,16 +65,26 @@ def _weights(rng, sizes) -> dict:
     return out
 
 
-def _fire_cases(rng) -> list[CaseSpec]:
+FIRE_ROWS = (
+    (3, 8, 6, 6, 0, 0.5, 1.0, 3.0, "self-attention, threshold L = 3 inside the sequence: queries past it are "
+                                  "normalised by their own position (progressive interpolation)"),
+    (2, 4, 1, 9, 8, -0.25, 1.5, 4.0, "one decoding step at absolute position 8 (query_offset = k_len - q_len); "
+                                     "negative c and L_multiplier 1.5 (|c|, |L_multiplier| init_L = 6)"),
+    (2, 32, 4, 4, 0, 0.1, 1.0, 512.0, "the reference code's defaults (width 32, c 0.1, L 512): every query "
+                                      "below the threshold"),
+)
+#: Version 3: queries between init_L and L = |L_multiplier| init_L, where ignoring the multiplier shows.
+FIRE_ROWS_V3 = (
+    (2, 4, 8, 8, 0, 0.3, 2.0, 4.0, "active threshold L = 2 * 4 = 8: queries 5..7 are normalised by L, not by "
+                                   "their position (init_L alone would)"),
+    (2, 6, 2, 10, 8, 0.2, 2.5, 4.0, "decoding at positions 8, 9 below the active threshold L = 2.5 * 4 = 10 "
+                                    "(init_L alone would give 8, 9)"),
+)
+
+
+def _fire_cases(rng, rows=FIRE_ROWS) -> list[CaseSpec]:
     specs = []
-    for heads, width, ql, kl, off, c, lmult, init_L, why in (
-        (3, 8, 6, 6, 0, 0.5, 1.0, 3.0, "self-attention, threshold L = 3 inside the sequence: queries past it are "
-                                      "normalised by their own position (progressive interpolation)"),
-        (2, 4, 1, 9, 8, -0.25, 1.5, 4.0, "one decoding step at absolute position 8 (query_offset = k_len - q_len); "
-                                         "negative c and L_multiplier 1.5 (|c|, |L_multiplier| init_L = 6)"),
-        (2, 32, 4, 4, 0, 0.1, 1.0, 512.0, "the reference code's defaults (width 32, c 0.1, L 512): every query "
-                                          "below the threshold"),
-    ):
+    for heads, width, ql, kl, off, c, lmult, init_L, why in rows:
         inputs = {**_weights(rng, (1, width, heads)), "c": np.array([c]), "L_multiplier": np.array([lmult])}
         params = {"q_len": ql, "k_len": kl, "query_offset": off, "init_L": init_L, "eps": 1e-6}
         grid = np.abs(np.arange(ql)[:, None] + off - np.arange(kl)[None, :])
@@ -141,3 +151,8 @@ def _dpb_cases(rng) -> list[CaseSpec]:
 def cases() -> list[CaseSpec]:
     rng = np.random.default_rng(20231006)
     return _fire_cases(rng) + _dpb_cases(rng)
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): FIRE cases where the learned threshold multiplier matters."""
+    return {}, _fire_cases(np.random.default_rng(20261202), FIRE_ROWS_V3)

@@ -17,7 +17,7 @@ import numpy as np
 from ..relative import bert, shaw, t5
 from . import oracle_relative as oracle
 from . import tolerance as tol
-from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
+from .spec import CaseSpec, GoldenEncoding, bucket_divergences, conventions, log_in
 
 T5_SIGN = "key - query"
 T5_SEMANTICS = "Hugging Face T5 _relative_position_bucket (Mesh TF), exact floor of the log term"
@@ -67,11 +67,11 @@ def _bert(params, inputs):
 
 
 ENCODINGS = [
-    Encoding("t5_bucket", oracle.t5_bucket, _t5_bucket),
-    Encoding("t5_bias", oracle.t5_bias, _t5_bias),
-    Encoding("shaw_logits", oracle.shaw_logits, _shaw_logits),
-    Encoding("shaw_values", oracle.shaw_values, _shaw_values),
-    Encoding("bert_relative", oracle.bert_relative, _bert),
+    GoldenEncoding("t5_bucket", oracle.t5_bucket, _t5_bucket),
+    GoldenEncoding("t5_bias", oracle.t5_bias, _t5_bias),
+    GoldenEncoding("shaw_logits", oracle.shaw_logits, _shaw_logits),
+    GoldenEncoding("shaw_values", oracle.shaw_values, _shaw_values),
+    GoldenEncoding("bert_relative", oracle.bert_relative, _bert),
 ]
 
 
@@ -192,33 +192,43 @@ def t5_bias_case(bidirectional, num_buckets, max_distance, num_heads, q_len, k_l
     )
 
 
-def _shaw_cases() -> list[CaseSpec]:
-    rng = np.random.default_rng(20261201)
-    kmax, d, heads = 2, 4, 2
-    scale = 0.5  # 1/sqrt(d) for d = 4, exact in binary
-    q_len = k_len = 5
-    conv = conventions(layout="q (batch, heads, q_len, d); tables (2K+1, d) shared across heads",
-                       sign="key - query, clipped to [-K, K], index + K",
-                       scale_placement="relative logit term multiplied by the attention scale 1/sqrt(d)",
-                       semantics="Shaw et al. 2018 / tensor2tensor dot_product_attention_relative" + ALIGNMENT)
+SHAW_CONV = conventions(layout="q (batch, heads, q_len, d); tables (2K+1, d) shared across heads",
+                        sign="key - query, clipped to [-K, K], index + K",
+                        scale_placement="relative logit term multiplied by the attention scale 1/sqrt(d)",
+                        semantics="Shaw et al. 2018 / tensor2tensor dot_product_attention_relative" + ALIGNMENT)
+
+
+def shaw_logits_case(rng, kmax, d, heads, q_len, k_len, scale, description=None) -> CaseSpec:
+    """A ``shaw_logits`` case: the relative key term, its q gradient and the key-table scatter-add."""
     q, table = rng.standard_normal((1, heads, q_len, d)), rng.standard_normal((2 * kmax + 1, d))
     g = rng.standard_normal((1, heads, q_len, k_len))
     n_table = heads * q_len * k_len
     tolerances, model = dot_terms((d, scale * d * _maxabs(q) * _maxabs(table)),
                                   (k_len, scale * k_len * _maxabs(g) * _maxabs(table)),
                                   (n_table, scale * n_table * _maxabs(g) * _maxabs(q)))
-    logits = CaseSpec(
+    return CaseSpec(
         name=f"relative.shaw.logits.k{kmax}.b1_h{heads}_q{q_len}_k{k_len}_d{d}",
         encoding="shaw_logits",
         params={"max_relative_position": kmax, "k_len": k_len, "scale": scale},
-        conventions=conv,
+        conventions=SHAW_CONV,
         inputs={"q": q, "key_table": table, "dlogits": g},
         tolerances=tolerances, error_model=model,
         reference_call="tensor2tensor.layers.common_attention._relative_attention_inner(x, y, z, transpose=True) "
                        "(dot_product_attention_relative) and its autograd gradients",
-        description="relative key term s*q_i.wK[clip(j-i,-2,2)+2] with clipping (|j-i| up to 4), its q gradient "
-                    "and the scatter-add gradient of the shared key table",
+        description=description or (
+            f"relative key term s*q_i.wK[clip(j-i,-{kmax},{kmax})+{kmax}] with s = {scale:g}, q_len={q_len} < "
+            f"k_len={k_len} (queries are the last {q_len} positions; |j-i| up to {k_len - 1}), its q gradient and the "
+            "scatter-add gradient of the shared key table"),
     )
+
+
+def _shaw_cases() -> list[CaseSpec]:
+    rng = np.random.default_rng(20261201)
+    kmax, d, heads = 2, 4, 2
+    conv = SHAW_CONV
+    logits = shaw_logits_case(rng, kmax, d, heads, 5, 5, 0.5,  # 0.5 = 1/sqrt(d) for d = 4, exact in binary
+                              "relative key term s*q_i.wK[clip(j-i,-2,2)+2] with clipping (|j-i| up to 4), its q "
+                              "gradient and the scatter-add gradient of the shared key table")
     q_len, k_len, dv = 3, 6, 3
     probs = rng.random((1, heads, q_len, k_len))
     probs /= probs.sum(axis=-1, keepdims=True)
@@ -282,3 +292,11 @@ def cases() -> list[CaseSpec]:
     out.append(_bert_case("relative_key_query", 5, 5, "", 20261205))
     out.append(_bert_case("relative_key", 1, 6, ".decode", 20261206))
     return out
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): no version-2 case changes; second cases for the golden audit's Shaw
+    ``scale``/``k_len`` and BERT ``mode`` rows (docs/golden-format.md, "The suite's teeth"): Shaw logits for
+    a decode-like block with another scale, and ``relative_key_query`` for one query against six keys."""
+    return {}, [shaw_logits_case(np.random.default_rng(20261207), 3, 4, 2, 3, 6, 0.25),
+                _bert_case("relative_key_query", 1, 6, ".decode", 20261208)]

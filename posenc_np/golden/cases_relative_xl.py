@@ -11,6 +11,7 @@ inputs); the softmax outputs follow :func:`.tolerance.attention` with those logi
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from ..relative import deberta, transformer_xl
 from . import oracle_relative_xl as oracle
 from . import tolerance as tol
 from .cases_relative import dot_terms
-from .spec import CaseSpec, Encoding, bucket_divergences, conventions, log_in
+from .spec import CaseSpec, GoldenEncoding, bucket_divergences, conventions, log_in
 
 TXL = "Dai et al. 2019 (Transformer-XL), sec. 3.3; kimiyoung/transformer-xl _rel_shift"
 DEBERTA = "He et al. 2021 (paper), HF DeBERTa-v2 buckets"
@@ -87,11 +88,11 @@ def _deberta_scores(params, inputs):
 
 
 ENCODINGS = [
-    Encoding("relative.txl.rel_shift", oracle.rel_shift, _rel_shift),
-    Encoding("relative.txl.score", oracle.txl_score, _txl_score),
-    Encoding("relative.deberta.log_bucket", oracle.deberta_log_bucket, _log_bucket),
-    Encoding("relative.deberta.relative_positions", oracle.deberta_relative_positions, _relative_positions),
-    Encoding("relative.deberta.c2p_p2c", oracle.deberta_scores, _deberta_scores),
+    GoldenEncoding("relative.txl.rel_shift", oracle.rel_shift, _rel_shift),
+    GoldenEncoding("relative.txl.score", oracle.txl_score, _txl_score),
+    GoldenEncoding("relative.deberta.log_bucket", oracle.deberta_log_bucket, _log_bucket),
+    GoldenEncoding("relative.deberta.relative_positions", oracle.deberta_relative_positions, _relative_positions),
+    GoldenEncoding("relative.deberta.c2p_p2c", oracle.deberta_scores, _deberta_scores),
 ]
 
 
@@ -131,30 +132,35 @@ def _txl_cases(rng) -> list[CaseSpec]:
         (3, 5, 6, None, "memory of 2 (queries are the last 3 of 5 positions)"),
         (4, 4, 8, 2, "q_len == k_len with clamp_len=2 (distances 3 use r_2)"),
     ):
-        n_heads, d, batch = 2, 3, 1
-        g = rng.standard_normal((batch, n_heads, q_len, k_len))
-        g = np.where(attention.causal_mask(q_len, k_len), g, 0.0)
-        inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
-                  "k": rng.standard_normal((batch, n_heads, k_len, d)),
-                  "value": rng.standard_normal((batch, n_heads, k_len, 2)),
-                  "u": rng.standard_normal((n_heads, d)), "v": rng.standard_normal((n_heads, d)),
-                  "W_r": rng.standard_normal((d_r, n_heads * d)), "dlogits": g}
-        tolerances, model = _txl_tol(inputs, d_r)
-        out.append(CaseSpec(
-            name=f"relative.txl.score.q{q_len}_k{k_len}" + ("" if clamp_len is None else f".clamp{clamp_len}"),
-            encoding="relative.txl.score",
-            params={"num_heads": n_heads, "head_dim": d, "d_model_r": d_r, "base": 10000.0, "clamp_len": clamp_len},
-            conventions=conventions(layout="q,k (B, H, len, d); R = [sin | cos] of descending distances; "
-                                           "W_r (d_r, H*d)",
-                                    sign="distance = query - key, query i at i + k_len - q_len",
-                                    scale_placement="all terms over sqrt(d)", semantics=TXL),
-            inputs=inputs, tolerances=tolerances, error_model=model,
-            reference_call="transformers TransfoXL RelPartialLearnableMultiHeadAttn.forward (AC + BD with _rel_shift)"
-                           " and its autograd gradients",
-            description="Transformer-XL score (q+u).k + (q+v).r_{i-j} over sqrt(d) (masked future entries 0), "
-                        f"causal attention output, and gradients of sum(dlogits*score); {why}",
-        ))
+        out.append(txl_score_case(rng, q_len, k_len, d_r, clamp_len, why))
     return out
+
+
+def txl_score_case(rng, q_len, k_len, d_r, clamp_len, why) -> CaseSpec:
+    """A ``relative.txl.score`` case (2 heads of width 3, batch 1), with version 2's reference call."""
+    n_heads, d, batch = 2, 3, 1
+    g = rng.standard_normal((batch, n_heads, q_len, k_len))
+    g = np.where(attention.causal_mask(q_len, k_len), g, 0.0)
+    inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
+              "k": rng.standard_normal((batch, n_heads, k_len, d)),
+              "value": rng.standard_normal((batch, n_heads, k_len, 2)),
+              "u": rng.standard_normal((n_heads, d)), "v": rng.standard_normal((n_heads, d)),
+              "W_r": rng.standard_normal((d_r, n_heads * d)), "dlogits": g}
+    tolerances, model = _txl_tol(inputs, d_r)
+    return CaseSpec(
+        name=f"relative.txl.score.q{q_len}_k{k_len}" + ("" if clamp_len is None else f".clamp{clamp_len}"),
+        encoding="relative.txl.score",
+        params={"num_heads": n_heads, "head_dim": d, "d_model_r": d_r, "base": 10000.0, "clamp_len": clamp_len},
+        conventions=conventions(layout="q,k (B, H, len, d); R = [sin | cos] of descending distances; "
+                                       "W_r (d_r, H*d)",
+                                sign="distance = query - key, query i at i + k_len - q_len",
+                                scale_placement="all terms over sqrt(d)", semantics=TXL),
+        inputs=inputs, tolerances=tolerances, error_model=model,
+        reference_call="transformers TransfoXL RelPartialLearnableMultiHeadAttn.forward (AC + BD with _rel_shift)"
+                       " and its autograd gradients",
+        description="Transformer-XL score (q+u).k + (q+v).r_{i-j} over sqrt(d) (masked future entries 0), "
+                    f"causal attention output, and gradients of sum(dlogits*score); {why}",
+    )
 
 
 def log_bucket_case(name, bucket_size, max_position, rel, description, *, semantics=DEBERTA) -> CaseSpec:
@@ -238,35 +244,40 @@ def _deberta_score_cases(rng) -> list[CaseSpec]:
         (3, 5, -1, 3, ("c2p",), "paper", "c2p only: scale 1/sqrt(2d)"),
         (3, 5, -1, 3, ("p2c",), "paper", "p2c only, q_len != k_len"),
     ):
-        n_heads, d, batch = 2, 3, 2
-        span = pb if pb > 0 else mrp
-        inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
-                  "k": rng.standard_normal((batch, n_heads, k_len, d)),
-                  "value": rng.standard_normal((batch, n_heads, k_len, 2)),
-                  "dlogits": rng.standard_normal((batch, n_heads, q_len, k_len))}
-        if "c2p" in types:
-            inputs["pos_key"] = rng.standard_normal((n_heads, 2 * span, d))
-        if "p2c" in types:
-            inputs["pos_query"] = rng.standard_normal((n_heads, 2 * span, d))
-        tag = "_".join(types) + (f".b{pb}_m{mrp}" if pb > 0 else f".span{mrp}")
-        tolerances, model = _deberta_tol(inputs, len(types))
-        out.append(CaseSpec(
-            name=f"relative.deberta.c2p_p2c.q{q_len}_k{k_len}.{tag}.{p2c}",
-            encoding="relative.deberta.c2p_p2c",
-            params={"position_buckets": pb, "max_relative_positions": mrp, "pos_att_type": list(types),
-                    "p2c_index": p2c},
-            conventions=conventions(
-                layout="q,k (B, H, len, d); pos_key/pos_query (H, 2*span, d), row t = relative position t - span",
-                sign=QK + ("; p2c row clamp(-rel + span)" if p2c == "paper" else "; p2c row clamp(rel + span)"),
-                scale_placement=f"all terms over sqrt({1 + len(types)}d)",
-                semantics=DEBERTA if p2c == "paper" else DEBERTA_HF),
-            inputs=inputs, tolerances=tolerances, error_model=model,
-            reference_call="transformers DebertaV2 DisentangledSelfAttention.disentangled_attention_bias(query_layer, "
-                           "key_layer, relative_pos, rel_embeddings, scale_factor) and its autograd gradients",
-            description="DeBERTa disentangled scores: unscaled c2p/p2c terms, full logits, softmax attention "
-                        f"output and gradients of sum(dlogits*logits); {why}",
-        ))
+        out.append(deberta_score_case(rng, q_len, k_len, pb, mrp, types, p2c, why))
     return out
+
+
+def deberta_score_case(rng, q_len, k_len, pb, mrp, types, p2c, why) -> CaseSpec:
+    """A ``relative.deberta.c2p_p2c`` case (2 heads of width 3, batch 2)."""
+    n_heads, d, batch = 2, 3, 2
+    span = pb if pb > 0 else mrp
+    inputs = {"q": rng.standard_normal((batch, n_heads, q_len, d)),
+              "k": rng.standard_normal((batch, n_heads, k_len, d)),
+              "value": rng.standard_normal((batch, n_heads, k_len, 2)),
+              "dlogits": rng.standard_normal((batch, n_heads, q_len, k_len))}
+    if "c2p" in types:
+        inputs["pos_key"] = rng.standard_normal((n_heads, 2 * span, d))
+    if "p2c" in types:
+        inputs["pos_query"] = rng.standard_normal((n_heads, 2 * span, d))
+    tag = "_".join(types) + (f".b{pb}_m{mrp}" if pb > 0 else f".span{mrp}")
+    tolerances, model = _deberta_tol(inputs, len(types))
+    return CaseSpec(
+        name=f"relative.deberta.c2p_p2c.q{q_len}_k{k_len}.{tag}.{p2c}",
+        encoding="relative.deberta.c2p_p2c",
+        params={"position_buckets": pb, "max_relative_positions": mrp, "pos_att_type": list(types),
+                "p2c_index": p2c},
+        conventions=conventions(
+            layout="q,k (B, H, len, d); pos_key/pos_query (H, 2*span, d), row t = relative position t - span",
+            sign=QK + ("; p2c row clamp(-rel + span)" if p2c == "paper" else "; p2c row clamp(rel + span)"),
+            scale_placement=f"all terms over sqrt({1 + len(types)}d)",
+            semantics=DEBERTA if p2c == "paper" else DEBERTA_HF),
+        inputs=inputs, tolerances=tolerances, error_model=model,
+        reference_call="transformers DebertaV2 DisentangledSelfAttention.disentangled_attention_bias(query_layer, "
+                       "key_layer, relative_pos, rel_embeddings, scale_factor) and its autograd gradients",
+        description="DeBERTa disentangled scores: unscaled c2p/p2c terms, full logits, softmax attention "
+                    f"output and gradients of sum(dlogits*logits); {why}",
+    )
 
 
 REF_BUCKET = "transformers.models.deberta_v2.modeling_deberta_v2.make_log_bucket_position(relative_pos, bucket_size, " \
@@ -341,3 +352,36 @@ def _deberta_tol(inputs, n_terms) -> tuple[dict, str]:
 def cases() -> list[CaseSpec]:
     rng = np.random.default_rng(20261201)
     return _txl_cases(rng) + _deberta_bucket_cases() + _deberta_position_cases() + _deberta_score_cases(rng)
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): the Transformer-XL reference calls name kimiyoung/transformer-xl's
+    ``RelPartialLearnableMultiHeadAttn`` (pytorch/mem_transformer.py), not transformers' TransfoXL, which
+    transformers 5 removed (it was deprecated in 4.35)."""
+    fields = {s.name: {"reference_call": _v3_reference(s.reference_call)} for s in cases()
+              if TRANSFO_XL in s.reference_call}
+    # second cases for the golden audit's clamp_len, p2c_index, max_position and query_offset rows
+    # (docs/golden-format.md, "The suite's teeth")
+    rng = np.random.default_rng(20261205)
+    txl = txl_score_case(rng, 3, 6, 6, 3, "memory of 3 with clamp_len=3 (distances 4 and 5 use r_3)")
+    new = [replace(txl, reference_call=_v3_reference(txl.reference_call)),
+           deberta_score_case(rng, 5, 5, -1, 3, ("c2p", "p2c"), "hf", "square, span 3, p2c index of HF/microsoft "
+                              "code (delta(i,j))"),
+           deberta_score_case(rng, 5, 5, -1, 3, ("p2c",), "paper", "p2c only, square, span 3"),
+           deberta_score_case(rng, 3, 7, 4, 6, ("c2p", "p2c"), "paper", "log buckets b=4, M=6 with |rel| up to 6, "
+                              "past M - 1 (a bucket there depends on M)"),
+           deberta_score_case(rng, 4, 10, 8, 10, ("c2p", "p2c"), "paper", "log buckets b=8, M=10 with |rel| up to "
+                              "9 = M - 1"),
+           relative_positions_case("relative.deberta.relative_positions.q2_k20.b8_m12.offset0", 2, 20, 8, 12,
+                                   "DeBERTa relative positions query - key; query_offset=0 with log buckets b=8, M=12 "
+                                   "(queries at 0 and 1, clamped beyond bucket 7)", query_offset=0)]
+    return fields, new
+
+
+TRANSFO_XL = "transformers TransfoXL"
+
+
+def _v3_reference(call: str) -> str:
+    """A version-2 Transformer-XL reference call as version 3 words it."""
+    return call.replace(TRANSFO_XL, "kimiyoung/transformer-xl pytorch/mem_transformer.py").replace(
+        " (kimiyoung/transformer-xl _rel_shift)", "")

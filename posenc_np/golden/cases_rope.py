@@ -11,7 +11,7 @@ Tolerances (:mod:`.tolerance`) model an *ordinary* float64 implementation and a 
 each other dtype (tables: :func:`.tolerance.angle_tables`; rotations: :func:`.tolerance.rotation`).
 The relative error of a float64 frequency, in units of :math:`u = 2^{-53}`, with
 :math:`x_i = 2i/d` and :math:`\delta = 1` when ``d`` is not a power of two (:math:`x_i` is then
-rounded) else 0 (:func:`_freq_units`):
+rounded) else 0 (:func:`frequency_error_units`):
 
 * default/mrope: :math:`k_i = \delta x_i \ln b + 3` (``pow`` 1 ulp, the reciprocal);
   linear, longrope, proportional: one more (the division);
@@ -28,6 +28,7 @@ Inputs ``x``/``dy`` of new cases are multiples of 1/32 below 4 (exact in every d
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from . import tolerance as tol
 from .spec import (
     LONG_POSITIONS,
     CaseSpec,
-    Encoding,
+    GoldenEncoding,
     conventions,
     divergence,
     exact_normals,
@@ -69,14 +70,16 @@ def _dim_argument(params) -> int:
 
 
 def frequencies(params):
-    """``(inv_freq, attention_factor)`` of the library for case ``params``."""
-    return rope.inv_freq(_dim_argument(params), base=params["base"], scaling=params.get("scaling"),
-                         seq_len=params.get("seq_len"), max_position_embeddings=params.get("max_position_embeddings"))
+    """``(ExactFrequencies, attention_factor)`` of the library for case ``params``: the evaluators build
+    their tables from the exact frequencies (:func:`posenc_np.rope.exact_inv_freq`)."""
+    return rope.exact_inv_freq(_dim_argument(params), base=params["base"], scaling=params.get("scaling"),
+                               seq_len=params.get("seq_len"),
+                               max_position_embeddings=params.get("max_position_embeddings"))
 
 
 def _inv_freq(params, inputs):
     inv, af = frequencies(params)
-    out = {"inv_freq": inv, "attention_factor": np.array([af])}
+    out = {"inv_freq": inv.rounded.copy(), "attention_factor": np.array([af])}
     sc, d = params.get("scaling") or {}, params["rotary_dim"]
     if _kind(params) == "yarn":
         L0 = sc.get("original_max_position_embeddings") or params.get("max_position_embeddings")
@@ -114,7 +117,7 @@ def _apply(params, inputs):
 
 
 def _xpos(params, inputs):
-    inv, _ = rope.inv_freq(params["rotary_dim"], base=params["base"])
+    inv, _ = rope.exact_inv_freq(params["rotary_dim"], base=params["base"])
     tables = {}
     for role in ("query", "key"):
         tables[role] = rope.xpos_cos_sin(inputs["positions"], inv, role=role, centre=params["centre"],
@@ -138,12 +141,12 @@ def _rotated(params, inputs, cos, sin):
 
 
 def _axial(params, inputs):
-    inv, _ = rope.inv_freq(params["dim_per_axis"], base=params["base"])
+    inv, _ = rope.exact_inv_freq(params["dim_per_axis"], base=params["base"])
     return _rotated(params, inputs, *rope.axial_cos_sin(inputs["positions"], inv, layout=params["layout"]))
 
 
 def _mrope(params, inputs):
-    inv, _ = rope.inv_freq(params["rotary_dim"], base=params["base"])
+    inv, _ = rope.exact_inv_freq(params["rotary_dim"], base=params["base"])
     return _rotated(params, inputs, *rope.mrope_cos_sin(inputs["positions"], inv, params["mrope_section"],
                                                          variant=params["variant"], layout=params["layout"]))
 
@@ -158,33 +161,15 @@ def _decay(params, inputs):
     return {"bound": rope.long_term_decay(inputs["distances"], inv)}
 
 
-# --------------------------------------------------------------------------- version-1 parameters
-
-def _v1_dims(params, inputs):
-    """Version 1 had one ``dim``: the rotary dim, or the head dim when the dict carries
-    ``partial_rotary_factor`` (or is ``proportional``)."""
-    p = dict(params)
-    dim = p.pop("dim")
-    sc = p.get("scaling") or {}
-    if _kind(p) == "proportional":
-        head, rotary = dim, dim
-    elif sc.get("partial_rotary_factor") is not None:
-        head, rotary = dim, int(dim * sc["partial_rotary_factor"])
-    else:
-        width = inputs.get("x", inputs.get("q"))
-        head, rotary = (dim if width is None else width.shape[-1]), dim
-    return {**p, "head_dim": head, "rotary_dim": rotary}
-
-
 ENCODINGS = [
-    Encoding("rope.inv_freq", oracle.inv_freq, _inv_freq, _v1_dims),
-    Encoding("rope.cos_sin", oracle.cos_sin, _cos_sin, _v1_dims),
-    Encoding("rope.apply", oracle.apply, _apply, _v1_dims),
-    Encoding("rope.xpos", oracle.xpos, _xpos, _v1_dims),
-    Encoding("rope.axial", oracle.axial, _axial),
-    Encoding("rope.mrope", oracle.mrope, _mrope, _v1_dims),
-    Encoding("rope.convert_layout", oracle.convert_layout, _convert),
-    Encoding("rope.long_term_decay", oracle.long_term_decay, _decay, _v1_dims),
+    GoldenEncoding("rope.inv_freq", oracle.inv_freq, _inv_freq),
+    GoldenEncoding("rope.cos_sin", oracle.cos_sin, _cos_sin),
+    GoldenEncoding("rope.apply", oracle.apply, _apply),
+    GoldenEncoding("rope.xpos", oracle.xpos, _xpos),
+    GoldenEncoding("rope.axial", oracle.axial, _axial),
+    GoldenEncoding("rope.mrope", oracle.mrope, _mrope),
+    GoldenEncoding("rope.convert_layout", oracle.convert_layout, _convert),
+    GoldenEncoding("rope.long_term_decay", oracle.long_term_decay, _decay),
 ]
 
 
@@ -194,7 +179,7 @@ def _plain_freqs(d: int, base: float) -> np.ndarray:
     return base ** -(np.arange(0, d, 2) / d)
 
 
-def _freq_units(params) -> tuple[np.ndarray, np.ndarray]:
+def frequency_error_units(params) -> tuple[np.ndarray, np.ndarray]:
     """(upper bounds of the frequencies, their float64 relative error in units of u): module docstring."""
     sc = params.get("scaling") or {}
     kind = _kind(params)
@@ -235,8 +220,9 @@ def _attention_factor(params) -> float:
                          max_position_embeddings=params.get("max_position_embeddings"))[1]
 
 
-def _tables_tol(params, positions, amplitude=None, dtypes=tol.DTYPES) -> dict:
-    w, k = _freq_units(params)
+def table_tolerances(params, positions, amplitude=None, dtypes=tol.DTYPES) -> dict:
+    """The table error model (:data:`TABLE_MODEL`) of case ``params`` at ``positions``, per dtype."""
+    w, k = frequency_error_units(params)
     a = _attention_factor(params) if amplitude is None else amplitude
     return tol.angle_tables(max_position=float(np.max(np.abs(positions))), inv_freq=w, freq_units=k, amplitude=a,
                             dtypes=dtypes)
@@ -254,7 +240,7 @@ def _pair_sum(layout: str, rotary_dim: int, *arrays) -> float:
 
 def _rotation_tol(params, positions, *arrays, inputs_exact=True, amplitude=None) -> dict:
     a = _attention_factor(params) if amplitude is None else amplitude
-    tables = _tables_tol(params, positions, a)
+    tables = table_tolerances(params, positions, a)
     return tol.rotation(tables, amplitude=a, pair_sum=_pair_sum(params["layout"], params["rotary_dim"], *arrays),
                         inputs_exact=inputs_exact)
 
@@ -268,7 +254,8 @@ FREQ_MODEL = ("rounded: float64 frequencies as an ordinary implementation comput
 
 # --------------------------------------------------------------------------- cases
 
-def _conv(layout="n/a", semantics=ROFORMER, scale="n/a"):
+def rope_conventions(layout="n/a", semantics=ROFORMER, scale="n/a"):
+    """The conventions record of a RoPE case (the rotation's sign, and the given layout, semantics, scale)."""
     return conventions(layout=layout, sign="counter-clockwise: a' = a cos t - b sin t, b' = a sin t + b cos t",
                        scale_placement=scale, semantics=semantics)
 
@@ -324,11 +311,11 @@ def _reference(kind: str) -> str:
 
 def inv_freq_case(name, params, semantics, description) -> CaseSpec:
     """A ``rope.inv_freq`` case (frequencies, attention factor, YaRN ranges, llama3 band counts)."""
-    w, k = _freq_units(params)
+    w, k = frequency_error_units(params)
     rel = max(float(np.max(k[w > 0], initial=0.0)), 12.0) * tol.UNIT_ROUNDOFF["float64"]
     return CaseSpec(
         name=name, encoding="rope.inv_freq", params=params,
-        conventions=_conv(semantics=semantics, scale=AF), inputs={},
+        conventions=rope_conventions(semantics=semantics, scale=AF), inputs={},
         tolerances=tol.rounded(rel64=rel, dtypes=("float64", "float32")), error_model=FREQ_MODEL,
         reference_call=_reference(_kind(params)), description=description)
 
@@ -413,19 +400,19 @@ def table_case(name, params, positions, semantics, description, *, scale="n/a", 
     """A ``rope.cos_sin`` case with the table error model."""
     layout = params["layout"]
     return CaseSpec(
-        name=name, encoding="rope.cos_sin", params=params, conventions=_conv(layout, semantics, scale),
-        inputs={"positions": positions}, tolerances=_tables_tol(params, positions), error_model=TABLE_MODEL,
+        name=name, encoding="rope.cos_sin", params=params, conventions=rope_conventions(layout, semantics, scale),
+        inputs={"positions": positions}, tolerances=table_tolerances(params, positions), error_model=TABLE_MODEL,
         reference_call=HF_COS_SIN if layout == "half" else META_CIS, known_divergences=tuple(divergences),
         description=description)
 
 
 def precision_setup(params):
-    """The :class:`posenc_np.precision.RopeSetup` of case ``params`` (for the float32 recipe emulations)."""
-    from .. import precision
+    """The :class:`posenc_np.rope_scaling.Scaling` of case ``params`` at its ``seq_len`` (for the float32
+    recipe emulations of :mod:`posenc_np.precision`)."""
+    from ..rope_scaling import parse_scaling
 
-    return precision.RopeSetup(head_dim=_dim_argument(params), base=params["base"], scaling=params.get("scaling"),
-                               max_position_embeddings=params.get("max_position_embeddings"),
-                               seq_len=params.get("seq_len"))
+    return parse_scaling(_dim_argument(params), base=params["base"], scaling=params.get("scaling"),
+                         max_position_embeddings=params.get("max_position_embeddings"), seq_len=params.get("seq_len"))
 
 
 #: Third-party float32 table recipes recorded as known divergences of the long-context tables
@@ -463,7 +450,7 @@ def apply_case(name, params, positions, x, dy, semantics, description, *, inputs
     layout = params["layout"]
     return CaseSpec(
         name=name, encoding="rope.apply", params=params,
-        conventions=_conv(layout, semantics, AF if params.get("scaling") else "n/a"),
+        conventions=rope_conventions(layout, semantics, AF if params.get("scaling") else "n/a"),
         inputs={"x": x, "positions": positions, "dy": dy},
         tolerances=_rotation_tol(params, positions, x, dy, inputs_exact=inputs_exact),
         error_model=ROTATION_MODEL + ("" if inputs_exact else "; inputs rounded once to the dtype"),
@@ -559,55 +546,75 @@ def cases() -> list[CaseSpec]:
     out += _xpos_cases(rng) + _multi_axis_cases(rng)
 
     for src, dst, r in (("interleaved", "half", 8), ("half", "interleaved", 4)):
-        out.append(CaseSpec(
-            name=f"rope.convert_layout.{src}_to_{dst}.h2_d8_r{r}", encoding="rope.convert_layout",
-            params={"num_heads": 2, "head_dim": 8, "src": src, "dst": dst, "rotary_dim": r},
-            conventions=_conv(semantics="HF convert_llama_weights_to_hf permute (per head, rotary rows only)"),
-            inputs={"w": exact_normals(rng, (16, 3))}, tolerances=tol.rounded(), error_model="rounded: copies",
-            reference_call="transformers convert_llama_weights_to_hf.permute(w, n_heads, dim1, dim2)",
-            description="row permutation of a (2 heads x 8, 3) projection weight"))
+        out.append(convert_case(src, dst, r, exact_normals(rng, (16, 3))))
+    out.append(decay_case(128, 10000.0, np.array([0, 1, 10, 100, 1000, 10000, 60000], dtype=np.int64),
+                          "rope.long_term_decay.d128_base10000",
+                          "relative upper bound of RoFormer's figure 2 at seven distances"))
+    return out
 
-    distances = np.array([0, 1, 10, 100, 1000, 10000, 60000], dtype=np.int64)
-    w, k = _freq_units({"head_dim": 128, "rotary_dim": 128, "base": 10000.0})
+
+def convert_case(src, dst, rotary_dim, w, num_heads=2, head_dim=8) -> CaseSpec:
+    """A ``rope.convert_layout`` case: the row permutation of a (num_heads x head_dim, n) weight ``w``."""
+    return CaseSpec(
+        name=f"rope.convert_layout.{src}_to_{dst}.h{num_heads}_d{head_dim}_r{rotary_dim}",
+        encoding="rope.convert_layout",
+        params={"num_heads": num_heads, "head_dim": head_dim, "src": src, "dst": dst, "rotary_dim": rotary_dim},
+        conventions=rope_conventions(semantics="HF convert_llama_weights_to_hf permute (per head, rotary rows only)"),
+        inputs={"w": w}, tolerances=tol.rounded(), error_model="rounded: copies",
+        reference_call="transformers convert_llama_weights_to_hf.permute(w, n_heads, dim1, dim2)",
+        description=f"row permutation of a ({num_heads} heads x {head_dim}, {w.shape[1]}) projection weight")
+
+
+def decay_case(rotary_dim, base, distances, name=None, description=None) -> CaseSpec:
+    """A ``rope.long_term_decay`` case: RoFormer's relative upper bound at ``distances``."""
+    w, k = frequency_error_units({"head_dim": rotary_dim, "rotary_dim": rotary_dim, "base": base})
     n = w.size
     # each |S_j| sums j phasors of angle error |r| w_k (k_k + 1) u and 1 ulp; in t the phasors and the
     # complex sums round (gamma_{n+4}); the average keeps the largest |S_j| error.
     angle = float(distances.max()) * float(np.sum(w * (k + 1))) * tol.UNIT_ROUNDOFF["float64"]
-    out.append(CaseSpec(
-        name="rope.long_term_decay.d128_base10000", encoding="rope.long_term_decay",
-        params={"rotary_dim": 128, "base": 10000.0},
-        conventions=_conv(semantics="RoFormer sec. 3.4.3: (1/n) sum_j |sum_{k<j} exp(i r theta_k)|"),
+    return CaseSpec(
+        name=name or f"rope.long_term_decay.d{rotary_dim}_base{base:g}", encoding="rope.long_term_decay",
+        params={"rotary_dim": rotary_dim, "base": base},
+        conventions=rope_conventions(semantics="RoFormer sec. 3.4.3: (1/n) sum_j |sum_{k<j} exp(i r theta_k)|"),
         inputs={"distances": distances},
         tolerances={t: tol.entry(angle + tol.gamma(n + 4, tol.UNIT_ROUNDOFF[t]) * n, 0.0)
                     for t in ("float64", "float32")},
         error_model="angles of the float64 frequencies (cases_rope docstring), phasors and partial sums in the "
                     "dtype: |r| sum_k w_k (k_k + 1) u64 + gamma_{n+4} n",
         reference_call="n/a (RoFormer figure 2)",
-        description="relative upper bound of RoFormer's figure 2 at seven distances"))
-    return out
+        description=description or f"relative upper bound of RoFormer's figure 2 at {len(distances)} distances "
+                                   f"(up to {int(distances.max())}), d={rotary_dim}, base {base:g}")
 
 
 def _xpos_cases(rng) -> list[CaseSpec]:
     out = []
-    pos5 = np.arange(5, dtype=np.int64)
     for centre, layout in (("torchscale", "interleaved"), ("rotary-embedding-torch", "interleaved"), ("none", "half")):
         q, k = exact_normals(rng, (5, 8)), exact_normals(rng, (5, 8))
         g = exact_normals(rng, (5, 5))
-        params = {"head_dim": 8, "rotary_dim": 8, "base": 10000.0, "layout": layout, "centre": centre,
-                  "scale_base": 512.0, "seq_len": None if centre == "none" else 5}
-        res = _xpos_tol(params, pos5, q, k, g)
-        out.append(CaseSpec(
-            name=f"rope.xpos.{centre.replace('-', '_')}.{layout}.d8", encoding="rope.xpos", params=params,
-            conventions=_conv(layout, f"xPos (Sun et al. 2022), centre {centre!r}",
-                              "q times zeta^((p-c)/B), k times zeta^(-(p-c)/B), on both cos and sin"),
-            inputs={"q": q, "k": k, "positions": pos5, "dscores": g}, tolerances=res,
-            error_model="rotation with xPos-scaled tables (scale within 2% of 1); scores and gradients: dot over "
-                        "8 channels / 5 positions of rotated values, then the transposed rotation",
-            reference_call="rotary_embedding_torch.RotaryEmbedding(dim, use_xpos=True).rotate_queries_and_keys(q, k)"
-                           " / torchscale XPOS; dq, dk: autograd of sum(dscores * scores)",
-            description="xPos q, k, q k^T for L=5 (odd, so torchscale's centre 3 and rotary-embedding-torch's 2 "
-                        "differ; scores do not) and the gradients of sum(dscores * scores) w.r.t. q and k"))
+        out.append(xpos_case(centre, layout, q, k, g))
     return out
+
+
+def xpos_case(centre, layout, q, k, g) -> CaseSpec:
+    """A ``rope.xpos`` case over positions 0..L-1 (L = len(q), the seq_len of a centred case)."""
+    L, d = q.shape
+    positions = np.arange(L, dtype=np.int64)
+    params = {"head_dim": d, "rotary_dim": d, "base": 10000.0, "layout": layout, "centre": centre,
+              "scale_base": 512.0, "seq_len": None if centre == "none" else L}
+    res = _xpos_tol(params, positions, q, k, g)
+    parity = (f"odd, so torchscale's centre {-(-L // 2)} and rotary-embedding-torch's {L // 2} differ" if L % 2 else
+              f"even, so torchscale's and rotary-embedding-torch's centres are both {L // 2}")
+    return CaseSpec(
+        name=f"rope.xpos.{centre.replace('-', '_')}.{layout}.d{d}", encoding="rope.xpos", params=params,
+        conventions=rope_conventions(layout, f"xPos (Sun et al. 2022), centre {centre!r}",
+                          "q times zeta^((p-c)/B), k times zeta^(-(p-c)/B), on both cos and sin"),
+        inputs={"q": q, "k": k, "positions": positions, "dscores": g}, tolerances=res,
+        error_model=f"rotation with xPos-scaled tables (scale within 2% of 1); scores and gradients: dot over "
+                    f"{d} channels / {L} positions of rotated values, then the transposed rotation",
+        reference_call="rotary_embedding_torch.RotaryEmbedding(dim, use_xpos=True).rotate_queries_and_keys(q, k)"
+                       " / torchscale XPOS; dq, dk: autograd of sum(dscores * scores)",
+        description=f"xPos q, k, q k^T for L={L} ({parity}; scores do not) and the gradients of "
+                    "sum(dscores * scores) w.r.t. q and k")
 
 
 def _xpos_tol(params, positions, q, k, g) -> dict:
@@ -617,7 +624,7 @@ def _xpos_tol(params, positions, q, k, g) -> dict:
     rotated back by the transposed map."""
     u64 = tol.UNIT_ROUNDOFF["float64"]
     amp, L, d = 1.02, q.shape[0], params["rotary_dim"]
-    w, k_units = _freq_units(params)
+    w, k_units = frequency_error_units(params)
     angle = u64 * float(np.max(np.abs(positions))) * float(np.max(w * (k_units + 1)))
     tables = tol.rounded(abs64=amp * angle, rel64=(2 + 6 + 2 + 1) * u64, ops=3, magnitude=amp)
     rot = tol.rotation({t: tables[t] for t in tol.REDUCTION_DTYPES}, amplitude=amp,
@@ -636,38 +643,207 @@ def _xpos_tol(params, positions, q, k, g) -> dict:
     return res
 
 
+#: Qwen2-VL style (temporal, height, width) ids: 2 text tokens, a 1x2x2 image grid, 1 text token after it
+MROPE_IDS = np.array([[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]], dtype=np.int64)
+
+
 def _multi_axis_cases(rng) -> list[CaseSpec]:
     out = []
-    grid = rope.patch_positions(3, 4)
     for layout in rope.LAYOUTS:
         x, dy = exact_normals(rng, (12, 16)), exact_normals(rng, (12, 16))
-        params = {"head_dim": 16, "rotary_dim": 16, "dim_per_axis": 8, "base": 100.0, "layout": layout}
-        w, k = _freq_units({"head_dim": 8, "rotary_dim": 8, "base": 100.0})
-        tables = tol.angle_tables(max_position=3.0, inv_freq=w, freq_units=k)
-        out.append(CaseSpec(
-            name=f"rope.axial.{layout}.d16.grid3x4", encoding="rope.axial", params=params,
-            conventions=_conv(layout, "2-D axial RoPE: pairs 0-3 follow the row, 4-7 the column (Qwen2-VL vision)"),
-            inputs={"x": x, "positions": grid, "dy": dy},
-            tolerances=tol.rotation(tables, amplitude=1.0, pair_sum=_pair_sum(layout, 16, x, dy), inputs_exact=True),
-            error_model=ROTATION_MODEL, reference_call=(
-                "transformers Qwen2VL VisionRotaryEmbedding + apply_rotary_pos_emb_vision; dx: autograd VJP"
-                if layout == "half" else "RoPE-ViT axial (Heo et al. 2024); dx: autograd VJP"),
-            description="axial RoPE over a 3x4 patch grid, inv_freq(8, base=100) per axis, and its gradient"))
+        out.append(axial_case(layout, 3, 4, x, dy))
 
-    # Qwen2-VL style ids: 2 text tokens, a 1x2x2 image grid, 1 text token after it.
-    mpos = np.array([[0, 1, 2, 2, 2, 2, 4], [0, 1, 2, 2, 3, 3, 4], [0, 1, 2, 3, 2, 3, 4]], dtype=np.int64)
+    mpos = MROPE_IDS
     for variant, dim, section in (("qwen2-vl", 16, [2, 3, 3]), ("qwen3-vl", 24, [6, 3, 3])):
         x, dy = exact_normals(rng, (7, dim)), exact_normals(rng, (7, dim))
-        params = {"head_dim": dim, "rotary_dim": dim, "base": 10000.0, "layout": "half", "mrope_section": section,
-                  "variant": variant}
-        out.append(CaseSpec(
-            name=f"rope.mrope.{variant}.half.d{dim}", encoding="rope.mrope", params=params,
-            conventions=_conv("half", f"{HF} {variant} M-RoPE, mrope_section {section}"),
-            inputs={"x": x, "positions": mpos, "dy": dy},
-            tolerances=_rotation_tol(params, mpos, x, dy, amplitude=1.0), error_model=ROTATION_MODEL,
-            reference_call=("transformers.models.qwen2_vl.modeling_qwen2_vl.apply_multimodal_rotary_pos_emb(q, k, cos, "
-                            "sin, mrope_section)" if variant == "qwen2-vl" else
-                            "transformers Qwen3VL text rotary embedding (interleaved mrope_section)")
-            + "; dx: autograd VJP",
-            description=f"M-RoPE ({variant}) over text, a 1x2x2 image grid and text; positions (3, 7); gradient"))
+        out.append(mrope_case(f"rope.mrope.{variant}.half.d{dim}", dim, 10000.0, section, variant, mpos, x, dy,
+                              f"M-RoPE ({variant}) over text, a 1x2x2 image grid and text; positions (3, 7); gradient"))
+    return out
+
+
+def axial_case(layout, rows, cols, x, dy) -> CaseSpec:
+    """A ``rope.axial`` case over a ``rows`` x ``cols`` patch grid (head 16, 8 channels per axis, base 100)."""
+    grid = rope.patch_positions(rows, cols)
+    params = {"head_dim": 16, "rotary_dim": 16, "dim_per_axis": 8, "base": 100.0, "layout": layout}
+    w, k = frequency_error_units({"head_dim": 8, "rotary_dim": 8, "base": 100.0})
+    tables = tol.angle_tables(max_position=float(max(rows, cols) - 1), inv_freq=w, freq_units=k)
+    return CaseSpec(
+        name=f"rope.axial.{layout}.d16.grid{rows}x{cols}", encoding="rope.axial", params=params,
+        conventions=rope_conventions(layout, "2-D axial RoPE: pairs 0-3 follow the row, 4-7 the column (Qwen2-VL vision)"),
+        inputs={"x": x, "positions": grid, "dy": dy},
+        tolerances=tol.rotation(tables, amplitude=1.0, pair_sum=_pair_sum(layout, 16, x, dy), inputs_exact=True),
+        error_model=ROTATION_MODEL, reference_call=(
+            "transformers Qwen2VL VisionRotaryEmbedding + apply_rotary_pos_emb_vision; dx: autograd VJP"
+            if layout == "half" else "RoPE-ViT axial (Heo et al. 2024); dx: autograd VJP"),
+        description=f"axial RoPE over a {rows}x{cols} patch grid, inv_freq(8, base=100) per axis, and its gradient")
+
+
+def mrope_case(name, dim, base, section, variant, positions, x, dy, description) -> CaseSpec:
+    """A ``rope.mrope`` case: default frequencies over the whole head, ``half`` pairing, and its gradient."""
+    params = {"head_dim": dim, "rotary_dim": dim, "base": base, "layout": "half", "mrope_section": list(section),
+              "variant": variant}
+    return CaseSpec(
+        name=name, encoding="rope.mrope", params=params,
+        conventions=rope_conventions("half", f"{HF} {variant} M-RoPE, mrope_section {list(section)}"),
+        inputs={"x": x, "positions": positions, "dy": dy},
+        tolerances=_rotation_tol(params, positions, x, dy, amplitude=1.0), error_model=ROTATION_MODEL,
+        reference_call=("transformers.models.qwen2_vl.modeling_qwen2_vl.apply_multimodal_rotary_pos_emb(q, k, cos, "
+                        "sin, mrope_section)" if variant == "qwen2-vl" else "transformers Qwen3VL text rotary "
+                        "embedding (interleaved mrope_section)") + "; dx: autograd VJP",
+        description=description)
+
+
+NTK_REFERENCE = ("rotary_embedding_torch.RotaryEmbedding(dim, theta_rescale_factor=alpha) / x_transformers "
+                 "RotaryEmbedding(dim, base_rescale_factor=alpha): cos/sin of positions * freqs (per pair)")
+
+
+def _yarn_range(params) -> str:
+    """YaRN's untruncated correction range of case ``params``, as a description quotes it."""
+    sc = params["scaling"]
+    L0 = sc["original_max_position_embeddings"]
+    return "/".join(f"{rope.yarn_correction_dim(r, params['rotary_dim'], params['base'], L0):.2f}"
+                    for r in (sc.get("beta_fast") or 32.0, sc.get("beta_slow") or 1.0))
+
+
+#: rope types whose "Hugging Face" float32 divergence equals transformers' own tables to one float32 step
+#: (measured against transformers 5.24 on the long-context cases; docs/golden-format.md)
+HF_FAITHFUL = ("default", "linear", "llama3")
+#: what the float32 divergence of the other rope types is: the recipe, not transformers' values
+FLOAT32_PIPELINE = ("float32 pipeline of the case's formula (float32 inv_freq, positions, product and cos/sin, "
+                    "each correctly rounded); not transformers' own tables for this rope_type")
+_NOT_HF = {"yarn": "torch's float32 pow is not correctly rounded, and the ramp amplifies one-ulp frequency differences",
+           "dynamic": "transformers takes seq_len from the largest position of the call, not the case's seq_len",
+           "longrope": "transformers picks short or long factors from the largest position of the call, and torch's "
+                       "float32 pow is not correctly rounded",
+           "proportional": "transformers' float32 frequencies (pow over head_dim, zeros appended) differ by ulps that "
+                           "the positions amplify",
+           "ntk": "transformers has no ntk rope_type; x-transformers and rotary-embedding-torch compute these "
+                  "frequencies with torch's float32 pow"}
+
+
+def _renamed_float32_divergences(spec: CaseSpec) -> tuple:
+    """``spec``'s divergences with the Hugging Face float32 entry named for what it is (version 3)."""
+    hf = FLOAT32_RECIPES["hf-float32>float32"]
+    return tuple({**d, "implementation": FLOAT32_PIPELINE,
+                  "description": f"{d['description']}; {_NOT_HF[_kind(spec.params)]} (docs/golden-format.md, "
+                                 "Known divergences)"} if d["implementation"] == hf else d
+                 for d in spec.known_divergences)
+
+
+def v3_changes() -> tuple[dict, list]:
+    """Version 3 (catalogue docstring): the ``ntk`` tables name what computes them, two YaRN descriptions
+    quote their ranges from the parameters, the float32 divergences of rope types outside
+    :data:`HF_FAITHFUL` are named for what they are; new cases put YaRN and dynamic NTK under partial
+    rotary (the ramp and the exponent come from the rotary width) and YaRN's ``mscale_all_dim`` and
+    explicit ``attention_factor`` on tables and rotations."""
+    old = {s.name: s for s in cases()}
+    fields = {n: {"reference_call": NTK_REFERENCE} for n, s in old.items()
+              if _kind(s.params) == "ntk" and s.encoding == "rope.cos_sin"}
+    for name, spec in old.items():
+        if spec.known_divergences and _kind(spec.params) not in HF_FAITHFUL:
+            fields.setdefault(name, {})["known_divergences"] = _renamed_float32_divergences(spec)
+    zero, msc = old["rope.inv_freq.yarn.d16_zero_width_ramp"], old["rope.inv_freq.yarn.d64_mscale_no_truncate"]
+    fields[zero.name] = {"description": f"both bounds clamp to 0 (raw {_yarn_range(zero.params)}), high += 0.001; "
+                                        "explicit attention_factor wins"}
+    fields[msc.name] = {"description": f"factor None -> 16384/4096 = 4; untruncated ramp {_yarn_range(msc.params)}; "
+                                       "attention factor g(4,1)/g(4,0.707)"}
+    rng = np.random.default_rng(20261203)
+    yarn_p = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+              "partial_rotary_factor": 0.5, "mscale": 1.0, "mscale_all_dim": 0.707}
+    dyn_p = {"rope_type": "dynamic", "factor": 2.0, "partial_rotary_factor": 0.5}
+    yarn16 = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64}
+    mscale = {**yarn16, "mscale": 1.0, "mscale_all_dim": 0.8}
+    explicit = {**yarn16, "attention_factor": 0.9}
+    yp, dp = rope_params(64, 10000.0, yarn_p), rope_params(64, 10000.0, dyn_p, seq_len=8192, max_pos=2048)
+    new = [inv_freq_case("rope.inv_freq.yarn.d64_partial0_5", yp, f"{HF} yarn with partial_rotary_factor",
+                         f"head_dim 64, rotary_dim 32: ramp {_yarn_range(yp)} from the rotary width (the head "
+                         f"width would give {_yarn_range({**yp, 'rotary_dim': 64})})"),
+           inv_freq_case("rope.inv_freq.dynamic.d64_partial0_5.seq8192", dp, f"{HF} dynamic with partial_rotary_factor",
+                         "head_dim 64, rotary_dim 32: base * (2*8192/2048 - 1)^(32/30), not ^(64/62)")]
+    pos = np.array([0, 1, 7, 100, 1000, 4095, 4096, 8191, 32767], dtype=np.int64)
+    for tag, head, scaling, extra, desc in (
+        ("yarn.d64_partial0_5", 64, yarn_p, {}, "YaRN under partial rotary (ramp from rotary_dim 32 of 64) with "
+         "mscale 1 and mscale_all_dim 0.707, as DeepSeek's MLA rotary"),
+        ("dynamic.d64_partial0_5.seq8192", 64, dyn_p, {"seq_len": 8192, "max_pos": 2048},
+         "dynamic NTK under partial rotary: exponent 32/30 from rotary_dim 32 of 64 (positions end at seq_len - 1, "
+         "as the reference call takes seq_len from them)"),
+        ("yarn.d16_mscale_all_dim", 16, mscale, {}, "YaRN with mscale 1 and mscale_all_dim 0.8: g(8,1)/g(8,0.8)"),
+        ("yarn.d16_explicit_attention_factor", 16, explicit, {}, "YaRN with an explicit attention_factor 0.9"),
+        ("yarn.d32_explicit_attention_factor.no_truncate", 32, {**explicit, "factor": 4.0, "attention_factor": 1.1,
+         "original_max_position_embeddings": 256, "truncate": False, "beta_fast": 16.0}, {},
+         "YaRN with an untruncated ramp and an explicit attention_factor 1.1"),
+        ("dynamic.d32_partial0_25.seq4096", 32, {**dyn_p, "factor": 4.0, "partial_rotary_factor": 0.25},
+         {"seq_len": 4096, "max_pos": 1024}, "dynamic NTK with rotary_dim 8 of 32: exponent 8/6 (positions end at "
+         "seq_len - 1)"),
+    ):
+        params = rope_params(head, 10000.0, scaling, layout="half", **extra)
+        p = pos[pos < (extra.get("seq_len") or pos.max() + 1)]
+        new.append(table_case(f"rope.cos_sin.half.{tag}", params, p, f"{HF} {_kind(params)}",
+                              f"{desc}; cos/sin tables", scale=AF))
+        x, dy = exact_normals(rng, (p.size, head)), exact_normals(rng, (p.size, head))
+        new.append(apply_case(f"rope.apply.half.{tag}", params, p, x, dy, f"{HF} {_kind(params)}",
+                              f"{desc}; y = R x and dx = R^T dy, x of shape ({p.size}, {head})"))
+    return fields, new + _v3_audit_cases(pos)
+
+
+def _v3_audit_cases(pos) -> list[CaseSpec]:
+    """Version 3's cases that give each parameter the golden audit perturbs a second catching case
+    (docs/golden-format.md, "The suite's teeth"): llama3, longrope, untruncated-YaRN and ntk tables and
+    rotations, xPos centres over an odd length, axial, M-RoPE and layout-conversion siblings of the
+    version-2 cases, proportional frequencies and a second long-term decay."""
+    rng = np.random.default_rng(20261204)
+    lr16 = {"rope_type": "longrope", "short_factor": [1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0],
+            "long_factor": [1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0], "original_max_position_embeddings": 4096}
+    llama = {**LLAMA31, "factor": 4.0}
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256, "truncate": False,
+            "beta_fast": 16.0, "beta_slow": 2.0}
+    out = []
+    for tag, head, scaling, extra, rotation, desc in (
+        ("llama3.d64_f4", 64, llama, {}, True, "LLaMA-3 scaling (factor 4, low/high_freq_factor 1/4 over 8192) at "
+         "d=64: band edges i = 20.1 and 24.9"),
+        ("yarn.d32_no_truncate.beta_slow2", 32, yarn, {}, True, "YaRN with an untruncated ramp "
+         f"{_yarn_range(rope_params(32, 10000.0, yarn))} (beta_fast 16, beta_slow 2)"),
+        ("longrope.d16.seq4096", 16, lr16, {"seq_len": 4096, "max_pos": 131072}, True, "LongRoPE at seq_len = L0: "
+         "short factors (positions end at seq_len - 1)"),
+        ("longrope.d16.seq2048", 16, lr16, {"seq_len": 2048, "max_pos": 131072}, True, "LongRoPE below L0: "
+         "short factors (positions end at seq_len - 1)"),
+        ("longrope.d16.seq8192", 16, lr16, {"seq_len": 8192, "max_pos": 131072}, True, "LongRoPE past L0: long "
+         "factors (positions end at seq_len - 1)"),
+        ("ntk.d32_alpha4", 32, {"rope_type": "ntk", "alpha": 4.0}, {}, False, "static NTK, base * 4^(32/30)"),
+    ):
+        params = rope_params(head, 10000.0, scaling, layout="half", **extra)
+        p = pos[pos < (extra.get("seq_len") or pos.max() + 1)]
+        table = table_case(f"rope.cos_sin.half.{tag}", params, p, f"{HF} {_kind(params)}", f"{desc}; cos/sin tables",
+                           scale=AF)
+        out.append(replace(table, reference_call=NTK_REFERENCE) if _kind(params) == "ntk" else table)
+        if rotation:
+            x, dy = exact_normals(rng, (p.size, head)), exact_normals(rng, (p.size, head))
+            out.append(apply_case(f"rope.apply.half.{tag}", params, p, x, dy, f"{HF} {_kind(params)}",
+                                  f"{desc}; y = R x and dx = R^T dy, x of shape ({p.size}, {head})"))
+    kept, blended, divided = np.bincount(rope.llama3_bands(64, 10000.0, llama), minlength=3)
+    out += [inv_freq_case("rope.inv_freq.llama3.d64_f4", rope_params(64, 10000.0, llama),
+                          f"{HF} llama3 (Meta apply_scaling)", f"LLaMA-3 scaling at d=64, factor 4: {kept} kept, "
+                          f"{blended} blended, {divided} divided by 4 (band_counts); band edges i = 20.1 and 24.9 are "
+                          "away from integers"),
+            inv_freq_case("rope.inv_freq.ntk.d32_alpha4", rope_params(32, 10000.0, {"rope_type": "ntk", "alpha": 4.0}),
+                          "static NTK-aware (x-transformers / rotary-embedding-torch theta_rescale_factor); not a HF "
+                          "type", "base -> base * 4^(32/30)"),
+            inv_freq_case("rope.inv_freq.proportional.d32_p0_5",
+                          rope_params(32, 10000.0, {"rope_type": "proportional", "partial_rotary_factor": 0.5}),
+                          f"{HF} proportional", "head_dim 32: 8 pairs base^(-2i/32), 8 zero frequencies")]
+    for src, dst, r in (("interleaved", "half", 4), ("half", "interleaved", 8)):
+        out.append(convert_case(src, dst, r, exact_normals(rng, (16, 2))))
+    for centre in ("torchscale", "rotary-embedding-torch"):
+        q, k, g = exact_normals(rng, (7, 8)), exact_normals(rng, (7, 8)), exact_normals(rng, (7, 7))
+        out.append(xpos_case(centre, "half", q, k, g))
+    for layout in rope.LAYOUTS:
+        x, dy = exact_normals(rng, (6, 16)), exact_normals(rng, (6, 16))
+        out.append(axial_case(layout, 2, 3, x, dy))
+    mpos = MROPE_IDS
+    for variant, dim, section in (("qwen2-vl", 12, [2, 2, 2]), ("qwen3-vl", 12, [2, 2, 2])):
+        x, dy = exact_normals(rng, (7, dim)), exact_normals(rng, (7, dim))
+        out.append(mrope_case(f"rope.mrope.{variant}.half.d{dim}", dim, 10000.0, section, variant, mpos, x, dy,
+                              f"M-RoPE ({variant}, mrope_section {section}) over text, a 1x2x2 image grid and text; "
+                              "positions (3, 7); gradient"))
+    out.append(decay_case(64, 500000.0, np.array([0, 1, 10, 100, 1000, 10000], dtype=np.int64)))
     return out

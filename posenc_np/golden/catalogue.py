@@ -1,12 +1,13 @@
-"""The golden catalogue: every ``cases_<family>`` module in this package, collected.
+"""The golden catalogue: every ``cases_<family>`` module in this package (discovered by name,
+sorted), collected; importing it imports neither mpmath nor the families.
 
-Family modules are discovered by name (sorted), so adding a family is adding a file.
-Importing this module imports neither mpmath nor the families; :func:`encodings` and
-:func:`cases` do.
+A suite version is a catalogue: version 2 is every family's ``cases()``; version 3 applies each
+family's optional ``v3_changes()`` to it, ``(fields, new)``: ``{case name: {field: value}}`` replacing
+fields of version-2 cases (reference calls, descriptions, tolerances, divergences) and the cases
+version 3 adds. A version-2 case is never changed in place, so ``vectors/v2`` regenerates unchanged.
 
-The catalogue is also what a suite is trusted against: for a case name it knows,
-:func:`document_fields` gives every field of the case document except its outputs (and the
-informational ``library_version``), computed here and never read from a file.
+It is what a suite is trusted against: :func:`document_fields` gives every field of a known case's
+document except its outputs (and the informational ``library_version``), never read from a file.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import fnmatch
 import importlib
 import json
 import pkgutil
+from dataclasses import replace
 from functools import cache
 
 from . import format as fmt
-from .spec import ORACLE, CaseSpec, Encoding
+from .spec import ORACLE, CaseSpec, GoldenEncoding
 
 
 def family_modules() -> list[str]:
@@ -28,9 +30,9 @@ def family_modules() -> list[str]:
 
 
 @cache
-def encodings() -> dict[str, Encoding]:
+def encodings() -> dict[str, GoldenEncoding]:
     """All registered encodings by name."""
-    table: dict[str, Encoding] = {}
+    table: dict[str, GoldenEncoding] = {}
     for mod_name in family_modules():
         mod = importlib.import_module(f"posenc_np.golden.{mod_name}")
         for enc in mod.ENCODINGS:
@@ -40,14 +42,24 @@ def encodings() -> dict[str, Encoding]:
     return table
 
 
-def cases(only=None) -> list[CaseSpec]:
-    """All case specs, in catalogue order; ``only`` is a list of names or glob patterns."""
+def cases(only=None, suite: int = fmt.SCHEMA_VERSION) -> list[CaseSpec]:
+    """All case specs of suite version ``suite`` (2 or 3), in catalogue order; ``only`` is a list of
+    names or glob patterns."""
+    if suite not in fmt.WRITTEN_VERSIONS:
+        raise ValueError(f"suite version must be one of {list(fmt.WRITTEN_VERSIONS)}, got {suite!r}")
     result: list[CaseSpec] = []
     seen: set[str] = set()
     table = encodings()
     for mod_name in family_modules():
         mod = importlib.import_module(f"posenc_np.golden.{mod_name}")
-        for spec in mod.cases():
+        specs = mod.cases()
+        if suite >= 3 and hasattr(mod, "v3_changes"):
+            fields, new = mod.v3_changes()
+            unknown = set(fields) - {s.name for s in specs}
+            if unknown:
+                raise RuntimeError(f"{mod_name}.v3_changes names unknown cases {sorted(unknown)}")
+            specs = [replace(s, **fields.get(s.name, {})) for s in specs] + list(new)
+        for spec in specs:
             if spec.name in seen:
                 raise RuntimeError(f"case name {spec.name!r} used twice")
             if spec.encoding not in table:
@@ -71,9 +83,9 @@ def select(specs: list[CaseSpec], only=None) -> list[CaseSpec]:
 
 
 @cache
-def by_name() -> dict[str, CaseSpec]:
-    """Every case spec by name (built once per process; specs are read-only)."""
-    return {s.name: s for s in cases()}
+def by_name(suite: int = fmt.SCHEMA_VERSION) -> dict[str, CaseSpec]:
+    """Every case spec of suite version ``suite`` by name (built once per process; specs are read-only)."""
+    return {s.name: s for s in cases(suite=suite)}
 
 
 def document_fields(spec: CaseSpec) -> dict:

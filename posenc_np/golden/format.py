@@ -1,19 +1,13 @@
 """Golden-suite file format: case documents, their JSON and NPZ bytes, the index and SHA256SUMS.
 
-Version 2 is written; versions 1 and 2 are read. The format is specified for readers in
-other languages in ``docs/golden-format.md``; this module is its reference implementation.
-
-* A case document is checked against one schema description (:data:`CASE_FIELDS`, built
-  from the small checkers below) plus a few cross-field rules (:data:`CASE_RULES`). A new
-  field is one line in :data:`CASE_FIELDS`.
-* Every reader works on bytes already read with a size bound (:mod:`.safe_io`) and checks
-  sizes, shapes and element counts against the limits below *before* allocating an array.
-  Nothing read is executed or unpickled: JSON goes through :func:`.safe_io.parse_json`, NPZ
-  members are parsed from their ``.npy`` header and refused unless their dtype is one of a
-  fixed list.
-* The index (``index.json``) is the manifest: every case, its encoding, and the SHA-256 and
-  size of each of its files' exact bytes. ``SHA256SUMS`` repeats those digests, plus the
-  index's, in ``sha256sum`` format.
+Versions 3 (the default) and 2 are written (the same format; what differs is the catalogue a suite
+is checked against); versions 1, 2 and 3 are read. This module is the reference implementation of
+the specification in ``docs/golden-format.md``. A case document is checked against one schema
+(:data:`CASE_FIELDS`, a new field is one line there) plus cross-field rules (:data:`CASE_RULES`).
+Readers work on bytes read with a size bound (:mod:`.safe_io`) and check sizes, shapes and element
+counts against the limits below *before* allocating; nothing read is executed or unpickled (NPZ
+members are parsed from their ``.npy`` header, with a fixed list of dtypes). The index is the
+manifest (each file's SHA-256 and size); ``SHA256SUMS`` repeats the digests, plus the index's.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._files import npz_bytes
 from .safe_io import GoldenFormatError, parse_json, short
 from .tolerance import DTYPES as TOLERANCE_DTYPES
 
@@ -37,8 +32,10 @@ __all__ = ["GoldenFormatError"]  # the rest is reached as ``fmt.<name>``
 
 SCHEMA = "posenc-np-golden"
 INDEX_SCHEMA = "posenc-np-golden-index"
-#: The version written; 1 is still read.
-SCHEMA_VERSION = 2
+#: The version written by default; 2 is still written on request, 1 is still read.
+SCHEMA_VERSION = 3
+#: The versions generate writes (the catalogue's suites).
+WRITTEN_VERSIONS = (2, 3)
 INDEX = "index.json"
 SUMS = "SHA256SUMS"
 
@@ -69,13 +66,9 @@ _FILE_RE = re.compile(r"^[a-z0-9][a-z0-9_.\-]*\.(json|npz)$")
 #: literals in float arrays): every value is then exact in a double, so a JavaScript reader
 #: (or any reader parsing JSON numbers as doubles) recovers it.
 MAX_EXACT_INT = 1 << 53
-#: Fixed timestamp for NPZ members, so that regenerating a suite is byte-identical.
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-# --------------------------------------------------------------------------- schema checkers
 # A checker is ``check(value, path)``; it raises GoldenFormatError("<path> ...") or returns.
-
 Check = Callable[[object, str], None]
 
 
@@ -145,14 +138,14 @@ def list_of(item: Check, *, min_items: int = 0, max_items: int | None = None) ->
     return check
 
 
-def map_of(value: Check, *, min_items: int = 0) -> Check:
-    """An object whose keys are identifiers and whose values pass ``value``."""
+def map_of(value: Check, *, min_items: int = 0, keys: re.Pattern = _KEY_RE, what: str = "an identifier") -> Check:
+    """An object whose keys match ``keys`` (identifiers) and whose values pass ``value``."""
     def check(v, path):
         if not isinstance(v, dict) or len(v) < min_items:
             _fail(path, f"must be an object with at least {min_items} entries, got {short(v)}")
         for key, x in v.items():
-            if not _KEY_RE.match(key):
-                _fail(path, f"key {short(key, 40)} must be an identifier")
+            if not keys.match(key):
+                _fail(path, f"key {short(key, 40)} must be {what}")
             value(x, f"{path}.{key}")
     return check
 
@@ -171,14 +164,16 @@ def array(v, path):
     fits = _FITS[name]
     for x in data:
         if not fits(x):
-            _fail(f"{path}.data", f"value {short(x, 40)} is not a {name}")
+            _fail(f"{path}.data", f"value {short(x, 40)} is not a{' finite' if name == 'float64' else ''} {name}")
 
 
-#: Which JSON values an array of each dtype may hold (integers only within |v| <= 2^53).
+#: Which values an array of each dtype may hold: integers only within |v| <= 2^53, floats only finite
+#: (JSON has no NaN or infinity, and an NPZ member holding one is refused the same way: an expected
+#: NaN or infinity would make the tolerance ``abs + rel * |e|`` NaN or infinite, and pass anything).
 _FITS = {
     "bool": lambda x: type(x) is bool,
     "int64": lambda x: type(x) is int and abs(x) <= MAX_EXACT_INT,
-    "float64": lambda x: type(x) is float or (type(x) is int and abs(x) <= MAX_EXACT_INT),
+    "float64": lambda x: (type(x) is float and math.isfinite(x)) or (type(x) is int and abs(x) <= MAX_EXACT_INT),
 }
 
 
@@ -203,7 +198,7 @@ def tolerances(v, path):
 _DIVERGENCE = obj({"implementation": text(nonempty=True), "description": text(),
                    "inputs": map_of(array), "outputs": map_of(array, min_items=1)})
 
-#: Fields of a version-2 case document (all required). Add a field here to extend the format.
+#: Fields of a version-2 (and version-3) case document (all required). Add a field here to extend the format.
 CASE_FIELDS: dict[str, Check] = {
     "schema": const(SCHEMA),
     "schema_version": const(2),
@@ -228,7 +223,7 @@ CASE_FIELDS_V1 = {**{k: v for k, v in CASE_FIELDS.items()
                      if k not in ("tolerances", "error_model", "reference_call", "known_divergences")},
                   "schema_version": const(1), "tolerance": obj({"abs": number(lo=0), "rel": number(lo=0)}),
                   "sha256": _HEX64}
-CASE_SCHEMAS = {1: obj(CASE_FIELDS_V1), 2: obj(CASE_FIELDS)}
+CASE_SCHEMAS = {1: obj(CASE_FIELDS_V1), 2: obj(CASE_FIELDS), 3: obj({**CASE_FIELDS, "schema_version": const(3)})}
 
 
 def _conventions_agree_with_params(doc):
@@ -263,18 +258,12 @@ def _params_integers_are_exact_doubles(doc):
             stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
 
 
-def _v1_checksum_matches(doc):
-    if doc["schema_version"] == 1 and checksum_v1(doc) != doc["sha256"]:
-        _fail("sha256", f"{doc['sha256'][:16]}... does not match the content (hashes to {checksum_v1(doc)[:16]}...)")
-
-
 #: Rules spanning several fields, run after the schema.
-CASE_RULES = [_conventions_agree_with_params, _total_values_within_limit, _params_integers_are_exact_doubles,
-              _v1_checksum_matches]
+CASE_RULES = [_conventions_agree_with_params, _total_values_within_limit, _params_integers_are_exact_doubles]
 
 
 def validate_case(doc) -> None:
-    """Raise :class:`GoldenFormatError` unless ``doc`` is a well-formed v1 or v2 case document."""
+    """Raise :class:`GoldenFormatError` unless ``doc`` is a well-formed case document (v1, v2 or v3)."""
     if not isinstance(doc, dict):
         _fail("", f"must be a JSON object, got {short(doc)}")
     const(SCHEMA)(doc.get("schema"), "schema")
@@ -286,8 +275,6 @@ def validate_case(doc) -> None:
     for rule in CASE_RULES:
         rule(doc)
 
-
-# --------------------------------------------------------------------------- arrays
 
 def array_to_json(arr) -> dict:
     """``{"dtype", "shape", "data"}`` with ``data`` flat in C order (floats: shortest repr)."""
@@ -326,20 +313,13 @@ def canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def checksum_v1(doc: dict) -> str:
-    """The version-1 in-document checksum: SHA-256 of the canonical JSON without ``sha256``."""
-    return hashlib.sha256(canonical({k: v for k, v in doc.items() if k != "sha256"}).encode()).hexdigest()
-
-
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-# --------------------------------------------------------------------------- case documents
-
-def build_document(*, fields: dict, outputs: dict, library_version: str) -> dict:
-    """A version-2 case from its catalogue ``fields`` (see :func:`catalogue_fields`) and outputs."""
-    doc = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, **fields,
+def build_document(*, fields: dict, outputs: dict, library_version: str, version: int = SCHEMA_VERSION) -> dict:
+    """A version-``version`` (2 or 3) case from its catalogue ``fields`` (see :func:`catalogue_fields`) and outputs."""
+    doc = {"schema": SCHEMA, "schema_version": version, **fields,
            "outputs": {k: array_to_json(v) for k, v in outputs.items()}, "library_version": library_version}
     validate_case(doc)
     return doc
@@ -349,32 +329,18 @@ def case_json_bytes(doc: dict) -> bytes:
     return (json.dumps(doc, sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
 
 
-# NPZ: "meta.npy" holds the document's JSON (UTF-8 bytes as a uint8 vector) with every
+# NPZ: "meta.npy" holds the document's JSON (UTF-8 bytes as a uint8 vector) with each input and output
 # array's "data" list removed; "inputs.<key>.npy" / "outputs.<key>.npy" hold the arrays.
-
-def _npy_bytes(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, np.asarray(arr, order="C"), allow_pickle=False)  # keeps 0-d shape
-    return buf.getvalue()
-
 
 def case_npz_bytes(doc: dict) -> bytes:
     meta = json.loads(json.dumps(doc))
     members = {}
     for group in ("inputs", "outputs"):
         for key, arr in doc[group].items():
-            members[f"{group}.{key}.npy"] = to_numpy(arr)
+            members[f"{group}.{key}"] = to_numpy(arr)
             del meta[group][key]["data"]
     meta_bytes = canonical(meta).encode()
-    members = {"meta.npy": np.frombuffer(meta_bytes, dtype=np.uint8), **members}
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for member, arr in members.items():
-            info = zipfile.ZipInfo(member, date_time=_ZIP_DATE)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, _npy_bytes(arr), compresslevel=9)
-    return buf.getvalue()
+    return npz_bytes({"meta": np.frombuffer(meta_bytes, dtype=np.uint8), **members})
 
 
 def parse_case(data: bytes, file_name: str) -> dict:
@@ -418,7 +384,8 @@ def _zip_members(data: bytes) -> dict[str, bytes]:
                 raise GoldenFormatError(f"members total {total} bytes uncompressed (limit {MAX_NPZ_UNCOMPRESSED})")
             for i in infos:
                 if i.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or i.flag_bits & 0x1:
-                    raise GoldenFormatError(f"member {short(i.filename)} is encrypted or uses an unsupported compression")
+                    raise GoldenFormatError(f"member {short(i.filename)} is encrypted or uses an unsupported "
+                                            "compression")
                 if i.file_size > MAX_COMPRESSION_RATIO * i.compress_size + _RATIO_FREE_BYTES:
                     raise GoldenFormatError(f"member {short(i.filename)} inflates {i.compress_size} bytes to "
                                             f"{i.file_size} (limit: {MAX_COMPRESSION_RATIO}x + 64 KiB)")
@@ -497,8 +464,6 @@ def _parse_npz(data: bytes) -> dict:
     return doc
 
 
-# --------------------------------------------------------------------------- index and SHA256SUMS
-
 @dataclass
 class CaseEntry:
     """One case of the index: its files (v2: ``path -> (sha256, size)``; v1: ``path -> None``)."""
@@ -506,7 +471,6 @@ class CaseEntry:
     name: str
     encoding: str
     files: dict[str, tuple[str, int] | None]
-    doc_sha256: str | None = None  # version 1: the in-document checksum
 
 
 @dataclass
@@ -524,14 +488,21 @@ INDEX_SCHEMAS = {
             "cases": list_of(obj({"name": _NAME, "encoding": text(nonempty=True), "sha256": _HEX64,
                                   "files": list_of(text(_FILE_RE, what="<name>.json or <name>.npz"),
                                                    min_items=1, max_items=2)}))}),
-    2: obj({"schema": const(INDEX_SCHEMA), "schema_version": const(2), "pending": list_of(_NAME),
-            "cases": list_of(obj({"name": _NAME, "encoding": text(nonempty=True),
-                                  "files": list_of(_FILE_RECORD, min_items=1, max_items=2)}))}),
+    **{v: obj({"schema": const(INDEX_SCHEMA), "schema_version": const(v), "pending": list_of(_NAME),
+               "cases": list_of(obj({"name": _NAME, "encoding": text(nonempty=True),
+                                     "files": list_of(_FILE_RECORD, min_items=1, max_items=2)}))})
+       for v in WRITTEN_VERSIONS},
 }
+
+#: ``posenc_np/golden/v1_published.json``, shipped with the package: the SHA-256 of each published version-1 file,
+#: and the parameters (under today's names) of the cases whose parameter names version 2 changed.
+V1_PUBLISHED = obj({"schema": const("posenc-np-golden-v1-published"), "description": text(),
+                    "files": map_of(_HEX64, min_items=1, keys=_FILE_RE, what="a case file name"),
+                    "renamed_params": map_of(any_object, keys=NAME_RE, what="a case name")})
 
 
 def parse_index(data: bytes) -> Index:
-    """Parse and validate ``index.json`` (v1 or v2); errors start with ``index.json:``."""
+    """Parse and validate ``index.json`` (v1, v2 or v3); errors start with ``index.json:``."""
     try:
         raw = parse_json(data, "JSON")
         version = raw.get("schema_version") if isinstance(raw, dict) else None
@@ -548,7 +519,7 @@ def parse_index(data: bytes) -> Index:
                 _fail(f"cases[{i}].files", f"must be {c['name']}.json and/or {c['name']}.npz, each at most once")
             if c["name"] in index.cases:
                 _fail(f"cases[{i}].name", f"{c['name']} is listed twice")
-            index.cases[c["name"]] = CaseEntry(c["name"], c["encoding"], files, c.get("sha256"))
+            index.cases[c["name"]] = CaseEntry(c["name"], c["encoding"], files)
         for name in raw.get("pending", []):
             if name in index.cases or name in index.pending:
                 _fail("pending", f"lists {name} twice (or as both written and pending)")
@@ -559,9 +530,9 @@ def parse_index(data: bytes) -> Index:
 
 
 def index_bytes(index: Index) -> bytes:
-    """``index.json`` (version 2): cases sorted by name, files sorted by path."""
+    """``index.json`` (version 2 or 3): cases sorted by name, files sorted by path."""
     doc = {
-        "schema": INDEX_SCHEMA, "schema_version": 2, "pending": sorted(index.pending),
+        "schema": INDEX_SCHEMA, "schema_version": index.version, "pending": sorted(index.pending),
         "cases": [{"name": e.name, "encoding": e.encoding,
                    "files": [{"path": p, "sha256": d[0], "size": d[1]} for p, d in sorted(e.files.items())]}
                   for _, e in sorted(index.cases.items())],

@@ -4,36 +4,35 @@
 ``posenc-np golden verify DIR --hf-config config.json`` checks them against the same list, so
 that what the cases must be comes from the configuration the user trusts, not from the files.
 They use the catalogue's encodings, builders and error models; only the parameters and the
-positions differ: positions reach the model's context (:attr:`.hf_config.ModelConfig.context`)
+positions differ: positions reach the model's context (:attr:`.hf_config.PositionalSetup.context`)
 through the 4k/8k/32k/128k/1M boundaries and their neighbours.
 
-Per family (case names start with ``model.``):
-
-* RoPE (per layer type when the config has one rope dict per layer type): ``inv_freq``, the
-  ``cos_sin`` tables and an ``apply`` rotation with its gradient at positions up to the
-  context; for ``dynamic`` and ``longrope`` both sides of the switch (``seq_len`` the original
-  length, then the full context).
-* ALiBi: the slopes, and the bias row of the last query against every key of the context
-  (keys capped so that a case holds at most 2^20 values).
-* T5: buckets of every relative position within twice ``max_distance`` and at the context, for
-  each direction the model uses, and a bias with its table gradient.
-* DeBERTa: log buckets of every relative position within twice ``max_relative_positions``, and
-  the bucketed relative positions of the last queries against the whole context.
+The cases per family (names ``model.*``) are listed in ``docs/golden-format.md`` ("A suite for your
+own model"); keys are capped so that a case holds at most :data:`MAX_BIAS_VALUES` values.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from ..hf_config import ModelConfig, RopeConfig
+from ..hf_config import PositionalSetup
+from ..rope_scaling import Scaling
 from . import cases_alibi, cases_relative, cases_relative_xl, cases_rope
 from .spec import CaseSpec, exact_normals, positions_up_to
 
 #: Largest number of values a model case's bias holds (keys are capped to stay below it).
 MAX_BIAS_VALUES = 1 << 20
+#: The rotation a model's own code applies, when it is not the catalogue's for its pairing (transformers 5.24).
+APPLY_CALLS = {
+    "gptj": "transformers.models.gptj.modeling_gptj.apply_rotary_pos_emb(tensor, sin, cos) (rotate_every_two)",
+    "deepseek_v2": "transformers.models.deepseek_v2.modeling_deepseek_v2.apply_rotary_emb(xq, xk, freqs_cis)",
+    "deepseek_v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.apply_rotary_pos_emb_interleave(q, k, cos, "
+                   "sin)"}
 
 
-def cases_for(config: ModelConfig) -> list[CaseSpec]:
+def cases_for(config: PositionalSetup) -> list[CaseSpec]:
     """The golden cases of ``config``'s positional setup (deterministic: same config, same cases)."""
     if config.context is None:
         raise ValueError(f"{config.source}: 'max_position_embeddings' is missing: the context the cases' positions "
@@ -49,9 +48,7 @@ def _signed_range(limit: int, far: int) -> np.ndarray:
     return np.unique(np.concatenate([np.arange(-limit, limit + 1), extra, -extra]))
 
 
-# --------------------------------------------------------------------------- RoPE
-
-def _phases(r: RopeConfig) -> list[tuple[str, int | None, int]]:
+def _phases(r: Scaling) -> list[tuple[str, int | None, int]]:
     """``(name suffix, seq_len, context)`` of each frequency regime the layer goes through."""
     sc = r.scaling or {}
     if r.rope_type == "longrope":
@@ -63,7 +60,7 @@ def _phases(r: RopeConfig) -> list[tuple[str, int | None, int]]:
     return [("", None, r.context)]
 
 
-def _rope_cases(config: ModelConfig) -> list[CaseSpec]:
+def _rope_cases(config: PositionalSetup) -> list[CaseSpec]:
     out = []
     rng = np.random.default_rng(0)
     for r in config.rope:
@@ -72,7 +69,8 @@ def _rope_cases(config: ModelConfig) -> list[CaseSpec]:
         semantics = f"{cases_rope.HF} {r.rope_type}, from the model's config.json"
         scale = cases_rope.AF if r.scaling else "n/a"
         for suffix, seq_len, context in _phases(r):
-            params = cases_rope.rope_params(r.head_dim, r.base, r.scaling, rotary_dim=r.rotary_dim, layout="half",
+            params = cases_rope.rope_params(r.head_dim, r.base, r.scaling, rotary_dim=r.rotary_dim,
+                                            layout=config.rope_layout,
                                             seq_len=seq_len, max_pos=r.max_position_embeddings)
             regime = "" if seq_len is None else f" at seq_len {seq_len}"
             out.append(cases_rope.inv_freq_case(
@@ -85,16 +83,32 @@ def _rope_cases(config: ModelConfig) -> list[CaseSpec]:
                 f"{where}: cos/sin tables{regime} at {positions.size} positions up to {positions.max()}", scale=scale))
         # the rotation (and its gradient) at the last regime: the full context
         x, dy = exact_normals(rng, (positions.size, r.head_dim)), exact_normals(rng, (positions.size, r.head_dim))
-        out.append(cases_rope.apply_case(
+        apply = cases_rope.apply_case(
             f"{prefix}.apply{suffix}", params, positions, x, dy, semantics,
             f"{where}: rotation of ({positions.size}, {r.head_dim}) vectors and its gradient, positions up to "
-            f"{positions.max()}"))
+            f"{positions.max()}")
+        own = APPLY_CALLS.get(config.model_type) if config.rope_layout == "interleaved" else None
+        out.append(apply if own is None else replace(apply, reference_call=f"{own}; dx: its autograd VJP"))
+        if r.mrope_section is not None:
+            out.append(_mrope_case(prefix, where, r, rng))
     return out
 
 
-# --------------------------------------------------------------------------- ALiBi
+def _mrope_case(prefix: str, where: str, r: Scaling, rng) -> CaseSpec:
+    """Text tokens (all three streams equal) up to the context, a 2x2 image grid at ``context - 2`` (t fixed,
+    h and w stepping), then one text token at the context (Qwen2-VL ``get_rope_index``)."""
+    text = [p for p in positions_up_to(r.context) if p < r.context - 2]
+    s, variant = r.context - 2, "qwen3-vl" if r.mrope_interleaved else "qwen2-vl"
+    grid = np.array([[s] * 4, [s, s, s + 1, s + 1], [s, s + 1, s, s + 1]], dtype=np.int64)
+    pos = np.concatenate([np.array([text] * 3, dtype=np.int64), grid, np.full((3, 1), r.context)], axis=1)
+    x, dy = exact_normals(rng, (pos.shape[1], r.head_dim)), exact_normals(rng, (pos.shape[1], r.head_dim))
+    return cases_rope.mrope_case(
+        f"{prefix}.mrope", r.head_dim, r.base, r.mrope_section, variant, pos, x, dy,
+        f"{where}: M-RoPE ({variant}, mrope_section {list(r.mrope_section)}) of {len(text)} text tokens, a 2x2 "
+        f"image grid at {s} and a text token at {r.context}; gradient")
 
-def _alibi_cases(config: ModelConfig) -> list[CaseSpec]:
+
+def _alibi_cases(config: PositionalSetup) -> list[CaseSpec]:
     a = config.alibi
     n, form = a["num_heads"], a["form"]
     keys = min(config.context, MAX_BIAS_VALUES // n)
@@ -107,9 +121,7 @@ def _alibi_cases(config: ModelConfig) -> list[CaseSpec]:
     ]
 
 
-# --------------------------------------------------------------------------- T5
-
-def _t5_cases(config: ModelConfig) -> list[CaseSpec]:
+def _t5_cases(config: PositionalSetup) -> list[CaseSpec]:
     t = config.t5
     rel = _signed_range(2 * t["max_distance"], config.context)
     out = []
@@ -126,9 +138,7 @@ def _t5_cases(config: ModelConfig) -> list[CaseSpec]:
     return out
 
 
-# --------------------------------------------------------------------------- DeBERTa
-
-def _deberta_cases(config: ModelConfig) -> list[CaseSpec]:
+def _deberta_cases(config: PositionalSetup) -> list[CaseSpec]:
     d = config.deberta
     buckets, mrp = d["position_buckets"], d["max_relative_positions"]
     out = []
@@ -138,8 +148,9 @@ def _deberta_cases(config: ModelConfig) -> list[CaseSpec]:
             "model.deberta.log_bucket", buckets, mrp, rel,
             f"{config.model_type}: log buckets (position_buckets {buckets}, max_relative_positions {mrp}) of "
             f"{rel.size} relative positions"))
+    keys = min(config.context, MAX_BIAS_VALUES // 4)
     out.append(cases_relative_xl.relative_positions_case(
-        "model.deberta.relative_positions.last_queries", 4, config.context, buckets, mrp if buckets > 0 else -1,
+        "model.deberta.relative_positions.last_queries", 4, keys, buckets, mrp if buckets > 0 else -1,
         f"{config.model_type}: relative positions (query - key{', bucketed' if buckets > 0 else ''}) of the last 4 "
-        f"queries against all {config.context} keys"))
+        f"queries against all {keys} keys"))
     return out

@@ -1,26 +1,24 @@
 """Files treated as hostile: bounded reads, bounded JSON, atomic writes, printable text.
 
-Everything a golden suite reads goes through :func:`read_file` (regular files only, never
-through a symbolic link, size checked before and while reading) and :func:`parse_json`
-(UTF-8, nesting depth, integer-literal length, finite floats, no duplicate keys). Each
-problem raises :class:`GoldenFormatError` naming the file, so that a caller can turn it
-into one report row and go on. Writers use :func:`atomic_write`: a temporary name in the
-same directory, ``fsync``, then ``os.replace``, so a reader (or a kill) only ever sees the
-old file or the new one. :func:`printable` escapes control and format characters in
-anything printed, so a file name cannot rewrite the terminal.
-
+A suite is read through :func:`read_file` (the library's bounded reader
+:func:`posenc_np._files.read_bounded`: regular files only, never through a symbolic link, size
+checked before and while reading) and :func:`parse_json` (UTF-8, nesting depth, integer-literal
+length, finite floats, no duplicate keys); each problem is a :class:`GoldenFormatError` naming the
+file, so a caller can make it one report row and go on. :func:`atomic_write`: temporary name in the
+same directory, ``fsync``, ``os.replace`` (a reader or a kill sees the old file or the new one).
+:func:`printable` escapes control and format characters, so a file name cannot rewrite the terminal.
 POSIX only (``dir_fd``, ``O_NOFOLLOW``).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import secrets
-import stat
 import unicodedata
+
+from .._files import read_bounded
 
 #: Largest nesting depth of any JSON document (a case needs 4).
 MAX_JSON_DEPTH = 32
@@ -30,16 +28,11 @@ MAX_INT_LITERAL = 20
 MAX_DIR_ENTRIES = 10_000
 #: Temporary files written by :func:`atomic_write` (hidden, recognisable, never listed).
 TEMP_RE = re.compile(r"^\.posenc-np-tmp-[0-9a-f]{8}-")
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
 
 
 class GoldenFormatError(ValueError):
     """A golden file that cannot be read safely or does not follow the format."""
 
-
-# --------------------------------------------------------------------------- printing
 
 _ESCAPED = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
@@ -69,16 +62,6 @@ def short(value, limit: int = 60) -> str:
     except (TypeError, ValueError, RecursionError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# --------------------------------------------------------------------------- reading
-
-def kind(mode: int) -> str:
-    """What a file mode describes ("a directory", "a FIFO", ..., "a regular file")."""
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
 
 
 def open_dir(path) -> int:
@@ -111,50 +94,13 @@ def list_dir(dir_fd: int) -> tuple[dict[str, tuple[int, int]], bool]:
     return entries, False
 
 
-def read_file(name: str, *, limit: int, dir_fd: int | None = None, size: int | None = None) -> bytes:
-    """The bytes of the regular file ``name`` (relative to ``dir_fd`` when given).
+def read_file(name: str, *, limit: int, dir_fd: int | None = None) -> bytes:
+    """The bytes of the regular file ``name`` (relative to ``dir_fd`` when given), read with the
+    library's bounded reader :func:`posenc_np._files.read_bounded` under the suite's policy: a
+    symbolic link is never followed (a suite holds only regular files), and every problem is a
+    :class:`GoldenFormatError` naming the file."""
+    return read_bounded(name, limit, dir_fd=dir_fd, follow_links=False, error=GoldenFormatError)
 
-    Refused before reading: a symbolic link (never followed), anything but a regular file
-    (directory, FIFO, device, socket), a file larger than ``limit`` bytes or, when ``size``
-    is given, of another size. The read itself stops at ``limit + 1`` bytes, so a file that
-    grows while being read cannot exhaust memory.
-    """
-    try:
-        st = os.lstat(name, dir_fd=dir_fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise GoldenFormatError(f"{name}: is {kind(st.st_mode)}, not a regular file"
-                                    + (" (symbolic links are never followed)" if stat.S_ISLNK(st.st_mode) else ""))
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise GoldenFormatError(f"{name}: is a symbolic link, not a regular file "
-                                    "(symbolic links are never followed)") from None
-        raise GoldenFormatError(f"{name}: cannot open: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped after lstat
-            raise GoldenFormatError(f"{name}: is {kind(st.st_mode)}, not a regular file")
-        if st.st_size > limit:
-            raise GoldenFormatError(f"{name}: {st.st_size} bytes, more than the limit of {limit}")
-        if size is not None and st.st_size != size:
-            raise GoldenFormatError(f"{name}: {st.st_size} bytes, but the index lists {size}")
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > limit:
-                raise GoldenFormatError(f"{name}: grew beyond the limit of {limit} bytes while being read")
-        return b"".join(chunks)
-    except OSError as exc:
-        raise GoldenFormatError(f"{name}: cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------- JSON
 
 def _int(literal: str) -> int:
     if len(literal) > MAX_INT_LITERAL:
@@ -205,8 +151,6 @@ def parse_json(data: bytes, where: str):
     return value
 
 
-# --------------------------------------------------------------------------- writing
-
 def atomic_write(dir_fd: int, name: str, data: bytes) -> None:
     """Write ``data`` to ``name`` in the directory ``dir_fd``: temporary file, fsync, rename.
 
@@ -214,8 +158,7 @@ def atomic_write(dir_fd: int, name: str, data: bytes) -> None:
     rename. The caller fsyncs the directory once a group of renames is done.
     """
     tmp = f".posenc-np-tmp-{secrets.token_hex(4)}-{name}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644,
-                 dir_fd=dir_fd)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)

@@ -3,8 +3,9 @@
 A family module ``posenc_np/golden/cases_<family>.py`` defines
 
 ``ENCODINGS``
-    a list of :class:`Encoding`: for each encoding name, the mpmath oracle and the library
-    evaluator, both taking ``(params, inputs)`` and returning a dict of named outputs;
+    a list of :class:`GoldenEncoding`: for each encoding name a case may give, the mpmath oracle
+    and the library evaluator, both taking ``(params, inputs)`` and returning a dict of named
+    outputs;
 ``cases()``
     a function returning a list of :class:`CaseSpec`.
 
@@ -28,18 +29,13 @@ Evaluator = Callable[[dict, dict], dict]
 
 
 @dataclass(frozen=True)
-class Encoding:
-    """An encoding name with its two independent evaluators.
-
-    ``from_v1`` turns the ``params`` of a version-1 document into this encoding's current
-    ``params`` (given the document's inputs), for encodings whose parameters were renamed
-    since (``dim`` became ``head_dim``/``rotary_dim``); ``None`` when they did not change.
-    """
+class GoldenEncoding:
+    """An encoding as golden cases name it (a case's ``encoding`` field), with its two independent
+    evaluators: the mpmath ``oracle`` and the ``library`` evaluator."""
 
     name: str
     oracle: Evaluator
     library: Evaluator
-    from_v1: Callable[[dict, dict], dict] | None = None
 
 
 @dataclass(frozen=True)

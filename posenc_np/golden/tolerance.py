@@ -1,42 +1,19 @@
 r"""Per-dtype tolerances from written error models of a *correct* implementation.
 
-A case's tolerance for a dtype ``t`` bounds ``|a - e| <= abs_t + rel_t |e|`` for the outputs
-``a`` of a correct implementation that works in ``t``, against the oracle's exact values ``e``.
-It is derived here from the operations the encoding documents, never from this library's
-measured error. The unit roundoffs are
-
-==========  ==========  ================================================
-dtype       ``u``       note
-==========  ==========  ================================================
-float64     2^-53
-float32     2^-24
-bfloat16    2^-8        same exponent range as float32
-float16     2^-11       values below 2^-14 are subnormal: absolute error
-                        up to 2^-25 per rounding (:data:`F16_UNDERFLOW`)
-==========  ==========  ================================================
-
-and :func:`gamma` is Higham's :math:`\gamma_n = nu/(1-nu)`, the relative error of ``n``
-successive roundings. The models (each function below states its own):
-
-* :func:`rounded`: values an ordinary float64 implementation computes with error
-  ``abs64 + rel64 |e|``, then rounded once to ``t`` (plus ``ops`` more roundings in ``t``).
-  For float64 itself the tolerance is the float64 model alone. Copies of inputs are the case
-  ``abs64 = rel64 = 0``: exact in float64, one rounding (of the input) in ``t``.
-* :func:`rotation`: ``y = a c - b s`` on tables of :func:`rounded` quality, in ``t``.
-* :func:`dot`: sums of ``n`` products of inputs.
-* :func:`attention`: a softmax attention and its backward, built from the above.
-
-A dtype is left out of a case when the model does not hold for it (``n u`` not small, or
-float16 overflow), or when the quantity is not kept in that dtype by real implementations
-(see each family's cases). Reductions (:func:`dot`, :func:`attention`) get float64 and float32
-tolerances only (:data:`REDUCTION_DTYPES`): bfloat16 and float16 models accumulate sums in
-float32, so their error is not a property of the storage format alone, and a worst-case bound
-with 8 bits of precision would not constrain anything.
+A case's tolerance for a dtype ``t`` bounds ``|a - e| <= abs_t + rel_t |e|`` for the outputs of a
+correct implementation in ``t`` against the oracle's exact values ``e``, derived from the
+documented operations, never from this library's measured error. The models (:func:`rounded`,
+:func:`rotation`, :func:`dot`, :func:`attention`), the unit roundoffs (float16: subnormal below
+2^-14, :data:`F16_UNDERFLOW`), Higham's :func:`gamma` and which dtypes a case gets
+(:data:`REDUCTION_DTYPES`: float64 and float32 for sums) are specified in ``docs/golden-format.md``
+("The error model"); each function states its own bound.
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 #: dtype names of a case's ``tolerances``, in the order they are written.
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -171,8 +148,6 @@ def dot(n: int, magnitude: float, *, extra: int = 0, rounded_factors: int = 2, d
 def max_abs_dot(a, b) -> float:
     """``max_{..., i, j} sum_c |a_ic| |b_jc|`` over the last two axes: bounds ``|a b^T|`` entrywise and
     the sum of the magnitudes of its terms."""
-    import numpy as np
-
     return float(np.max(np.abs(a) @ np.swapaxes(np.abs(b), -1, -2), initial=0.0))
 
 
@@ -195,8 +170,6 @@ def attention(*, q, k, v, g, scale: float, logit_error: dict) -> dict[str, dict]
 
     Returns ``{"out": tolerances, "dq": ..., "dk": ..., "dv": ...}`` (float64 and float32 at most).
     """
-    import numpy as np
-
     q_len, d = q.shape[-2:]
     k_len, d_v = v.shape[-2:]
     Q, K, V, G = (float(np.max(np.abs(x), initial=0.0)) for x in (q, k, v, g))
