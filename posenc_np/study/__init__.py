@@ -1,9 +1,8 @@
 r"""Length-extrapolation study: small transformers trained per position encoding at length
 :math:`L` and measured past it, with several seeds per cell and 95 % intervals.
 
-Run it with ``posenc-np study extrapolation --out DIR [--quick | --full] [--seeds K] [--parts ...]
-[--jobs N | --dask-workers N | --scheduler ADDRESS] [--publish DOCS_DIR]``; regenerate the
-report with ``posenc-np study report DIR [--publish DOCS_DIR]``. ``docs/study.md`` describes
+Run it with ``posenc-np study extrapolation --out DIR`` (options in :mod:`.cli`); regenerate
+the report with ``posenc-np study report DIR [--publish DOCS_DIR]``. ``docs/study.md`` describes
 the design and discusses the committed results.
 
 Parts (:data:`~posenc_np.study.config.PARTS`):
@@ -21,47 +20,51 @@ Parts (:data:`~posenc_np.study.config.PARTS`):
 Modules: :mod:`.config` (what a run is, its cells and seeds), :mod:`.tasks`, :mod:`.corpus`,
 :mod:`.cells` (one cell: train and evaluate), :mod:`.executors` (in-process, process pool,
 Dask), :mod:`.store` (each cell written atomically as it finishes; resume), :mod:`.stats`
-(t intervals, separations), :mod:`.report` / :mod:`.claims` / :mod:`.figures` (everything the
-documentation shows, generated from ``results.json``), :mod:`.runner` (the driver).
+(intervals, tests, Holm, detectable differences), :mod:`.ngram` (the LM's count-model
+baseline), :mod:`.report` / :mod:`.claims` / :mod:`.figures` (everything the documentation
+shows, generated from ``results.json``, and ``results.csv``), :mod:`.runner` (the driver),
+:mod:`.cli` (the command's options).
 
-Encodings come from :data:`posenc_np.model.REGISTRY` (a newly registered encoding joins the
-default grid); training options from :data:`.tasks.TRAINING_OPTIONS`.
+Encodings come from :data:`posenc_np.model.REGISTRY`; one added with
+:func:`posenc_np.registry.register` joins the default grid and is shipped to pool and Dask
+workers. Training options come from :data:`.tasks.TRAINING_OPTIONS`.
+
+Names are imported lazily (the command line builds its parser from :mod:`.cli` without
+importing the model).
 """
 
 from __future__ import annotations
 
-from .cells import run_cell
-from .config import (
-                    PARTS,
-                    SCALING_METHODS,
-                    StudyConfig,
-                    cell_id,
-                    grid,
-                    full_config,
-                    quick_config,
-                    scaling_dict,
-)
-from .corpus import LMWindows, eval_windows, load_corpus
-from .executors import Dask, InProcess, ProcessPool, make_executor
-from .report import publish, sections, write_report
-from .runner import cell_cost, report_cli, run_extrapolation, run_extrapolation_cli
-from .stats import Interval, t_interval, tiers
-from .store import ResultStore
-from .tasks import (
-                    BOS,
-                    IGNORE,
-                    SEP,
-                    TASKS,
-                    TRAINING_OPTIONS,
-                    CopyTask,
-                    LagTask,
-                    ReverseTask,
-                    TrainingOption,
-                    VaryingLength,
-)
+import importlib
 
-__all__ = ["BOS", "IGNORE", "PARTS", "SCALING_METHODS", "SEP", "TASKS", "TRAINING_OPTIONS", "CopyTask", "Dask",
-           "InProcess", "Interval", "LMWindows", "LagTask", "ProcessPool", "ResultStore", "ReverseTask", "StudyConfig",
-           "TrainingOption", "VaryingLength", "cell_cost", "cell_id", "eval_windows", "grid", "load_corpus",
-           "full_config", "make_executor", "publish", "quick_config", "report_cli", "run_cell", "run_extrapolation",
-           "run_extrapolation_cli", "scaling_dict", "sections", "t_interval", "tiers", "write_report"]
+#: Public name -> the submodule that defines it.
+_EXPORTS = {
+    "PARTS": "config", "PRESETS": "config", "SCALING_METHODS": "config", "StudyConfig": "config", "cell_id": "config",
+    "grid": "config", "full_config": "config", "lm_large_config": "config", "quick_config": "config",
+    "scaling_dict": "config", "planned_seeds": "config",
+    "LMWindows": "corpus", "eval_windows": "corpus", "load_corpus": "corpus", "load_corpus_file": "corpus",
+    "Dask": "executors", "InProcess": "executors", "ProcessPool": "executors", "make_executor": "executors",
+    "publish": "report", "sections": "report", "write_report": "report", "csv_text": "report", "write_csv": "report",
+    "cell_cost": "runner", "report_cli": "runner", "run_extrapolation": "runner", "run_extrapolation_cli": "runner",
+    "Interval": "stats", "t_interval": "stats", "welch": "stats", "paired": "stats", "holm": "stats",
+    "ResultStore": "store", "run_cell": "cells", "KneserNey": "ngram",
+    "BOS": "tasks", "IGNORE": "tasks", "SEP": "tasks", "TASKS": "tasks", "TRAINING_OPTIONS": "tasks",
+    "CopyTask": "tasks", "LagTask": "tasks", "ReverseTask": "tasks", "TrainingOption": "tasks",
+    "VaryingLength": "tasks",
+}
+_SUBMODULES = ("cells", "claims", "cli", "config", "corpus", "executors", "figures", "ngram", "report", "runner",
+               "stats", "store", "tasks")
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(_EXPORTS) | set(_SUBMODULES))

@@ -30,9 +30,33 @@ from ..absolute import FUSIONS
 from ..model import REGISTRY
 from .tasks import TASKS, TRAINING_OPTIONS
 
-__all__ = ["PARTS", "SCALING_METHODS", "StudyConfig", "cell_id", "eval_seed", "full_config", "grid", "quick_config", "scaling_dict"]
+__all__ = ["NGRAM", "PARTS", "PLANNING_SD", "PRESETS", "fit_seed", "lm_large_config", "planned_seeds", "SCALING_METHODS", "StudyConfig", "cell_id", "eval_seed", "full_config", "grid", "quick_config", "scaling_dict"]
 
 PARTS = ("tasks", "lm", "rope_scaling")
+#: The label of the LM part's count-model baseline (:mod:`posenc_np.study.ngram`).
+NGRAM = "ngram"
+#: Between-seed standard deviations the seed count is planned from (pooled over the cells of a
+#: pilot run of the default configuration: accuracy, and log perplexity), see :func:`planned_seeds`.
+PLANNING_SD = {"accuracy": 0.063, "ppl": 0.028}
+
+
+def planned_seeds() -> int:
+    """Seeds per cell: the smallest count whose detectable difference (two-sample t test, level
+    0.05, power 0.8; :func:`posenc_np.study.stats.seeds_for`) is at most the minimum effect size of
+    every measure, given :data:`PLANNING_SD`.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import PLANNING_SD, planned_seeds
+    >>> from posenc_np.study.stats import MEASURES, seeds_for
+    >>> planned_seeds()
+    4
+    >>> [seeds_for(MEASURES[m].margin, sd) for m, sd in sorted(PLANNING_SD.items())]    # accuracy, ppl
+    [4, 4]
+    """
+    from .stats import MEASURES, seeds_for
+
+    return max(seeds_for(MEASURES[m].margin, sd) for m, sd in PLANNING_SD.items())
 #: RoPE scaling methods of the ``rope_scaling`` part (see :func:`scaling_dict`).
 SCALING_METHODS = ("none", "linear", "ntk", "dynamic", "yarn")
 
@@ -41,6 +65,9 @@ def scaling_dict(method: str, factor: float, train_len: int) -> dict | None:
     """The Hugging Face ``rope_scaling`` dict of ``method`` for a model trained at ``train_len``
     and extended by ``factor``.
 
+    Static methods (``linear``, ``ntk``, ``yarn``) are evaluated at their design factor:
+    ``factor = T / L`` for an evaluation at length ``T``.
+
     ``none``: no scaling. ``linear`` (position interpolation, Chen et al. 2023): positions
     divided by ``factor``. ``ntk`` (NTK-aware, bloc97): base times ``factor^(d/(d-2))``.
     ``dynamic`` (dynamic NTK, emozilla; Hugging Face ``dynamic`` with ``factor`` 1 and
@@ -48,6 +75,16 @@ def scaling_dict(method: str, factor: float, train_len: int) -> dict | None:
     current length :math:`T`, so nothing changes up to ``train_len``. ``yarn`` (Peng et al.
     2023): ``factor``, ``original_max_position_embeddings = train_len``, default betas and
     attention temperature.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import scaling_dict
+    >>> scaling_dict("linear", 4, 64)
+    {'rope_type': 'linear', 'factor': 4.0}
+    >>> scaling_dict("yarn", 4, 64)
+    {'rope_type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 64}
+    >>> scaling_dict("dynamic", 4, 64), scaling_dict("none", 4, 64)
+    ({'rope_type': 'dynamic', 'factor': 1.0}, None)
     """
     return {"none": None,
             "linear": {"rope_type": "linear", "factor": float(factor)},
@@ -68,13 +105,24 @@ class StudyConfig:
     every option in ``training`` (every fusion mode of absolute encodings under ``fixed``, the
     first fusion mode under the others). LM part: ``lm_*``. RoPE-scaling part: ``scaling_*``
     and ``finetune_*``.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import StudyConfig
+    >>> cfg = StudyConfig(seeds=2, encodings=["rope", "alibi"], tasks=["copy"]).validate()
+    >>> cfg.train_len, cfg.eval_factors, cfg.lm_train_len, cfg.training
+    (8, (1, 2, 4), 64, ('varying', 'randomized'))
+    >>> StudyConfig(tasks=["sort"]).validate()
+    Traceback (most recent call last):
+        ...
+    ValueError: tasks has unknown entries ['sort']; allowed: ['copy', 'lag', 'reverse']
     """
 
     parts: tuple = PARTS
-    seeds: int = 3
+    seeds: int = field(default_factory=planned_seeds)
     seed: int = 0
     encodings: list = field(default_factory=lambda: list(REGISTRY))
-    fusions: tuple = ("add", "concat", "multiply")
+    fusions: tuple = ("add",)
     embed_scale: dict = field(default_factory=lambda: {"sinusoidal": "sqrt_d"})
     position_options: dict = field(default_factory=dict)  # encoding -> ModelConfig.position_options
     d_model: int = 64
@@ -83,11 +131,17 @@ class StudyConfig:
     d_ff: int = 128
     # tasks
     tasks: list = field(default_factory=lambda: ["copy", "lag"])
-    training: tuple = ("fixed", "varying", "randomized")
+    training: tuple = ("varying", "randomized")
     train_len: int = 8
     eval_factors: tuple = (1, 2, 4)
     alphabet: int = 16
-    steps: int = 750
+    steps: int = 600
+    fit_rounds: int = 4
+    fit_accuracy: float = 0.9
+    fit_sequences: int = 64
+    randomized_range: int = 2048
+    attention_maps: list = field(default_factory=lambda: ["none", "rope", "alibi", "t5"])
+    curve_every: int = 25
     batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 50
@@ -103,6 +157,10 @@ class StudyConfig:
     lm_lr: float = 3e-3
     lm_warmup: int = 50
     lm_eval_tokens: int = 4096
+    corpus: str = "stdlib"
+    ngram_order: int = 6
+    lm_gate: float = 0.15
+    loss_bins: int = 32
     # rope_scaling
     scaling_methods: tuple = SCALING_METHODS
     scaling_factor: int = 4
@@ -130,6 +188,15 @@ class StudyConfig:
                 raise TypeError(f"{name} must be a non-empty list of ints, got {values!r}")
             for f in values:
                 check_int(f, f"{name} entry", minimum=1)
+        if self.corpus not in ("stdlib", "file"):
+            raise ValueError(f"corpus must be 'stdlib' or 'file' (a file given to the runner), got {self.corpus!r}")
+        if not isinstance(self.attention_maps, (list, tuple)) or not all(isinstance(e, str) for e in self.attention_maps):
+            raise TypeError(f"attention_maps must be a list of encoding names, got {self.attention_maps!r}")
+        check_real(self.fit_accuracy, "fit_accuracy", nonnegative=True)
+        check_real(self.lm_gate, "lm_gate", nonnegative=True)
+        for name in ("fit_rounds", "fit_sequences", "randomized_range", "curve_every", "loss_bins"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.ngram_order, "ngram_order", minimum=1, maximum=6)  # 7-byte keys fill an int64
         for name in ("seeds", "train_len", "d_model", "n_heads", "n_layers", "d_ff", "batch_size", "eval_sequences",
                      "jobs", "lm_train_len", "lm_batch_size", "lm_eval_tokens", "finetune_batch_size"):
             check_int(getattr(self, name), name, minimum=1)
@@ -153,26 +220,90 @@ class StudyConfig:
 
 
 def full_config(seed: int = 0) -> StudyConfig:
-    """The larger study of ``--full``: the default grid with the ``reverse`` task added and twice
-    the training (1500 task steps, 800 LM steps); about 80 minutes on 2 cores (see docs/study.md)."""
-    return StudyConfig(seed=seed, tasks=["copy", "reverse", "lag"], steps=1500, lm_steps=800)
+    """The larger study of ``--full``: the default grid plus ``fixed`` training with every fusion
+    mode, the ``reverse`` task, rounds of 1000 task steps and an 800-step LM (several hours on 2
+    cores; meant for ``--scheduler``).
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import full_config
+    >>> cfg = full_config()
+    >>> cfg.tasks, cfg.training, cfg.steps, cfg.lm_steps
+    (['copy', 'reverse', 'lag'], ('fixed', 'varying', 'randomized'), 1000, 800)
+    """
+    return StudyConfig(seed=seed, tasks=["copy", "reverse", "lag"], training=("fixed", "varying", "randomized"),
+                       fusions=("add", "concat", "multiply"), steps=1000, lm_steps=800)
+
+
+def lm_large_config(seed: int = 0) -> StudyConfig:
+    """The LM preset of ``--lm-large``: a 4-layer, 128-wide byte-level LM trained for 4000 steps at
+    128 bytes (the ``lm`` and ``rope_scaling`` parts only), sized to beat the n-gram baseline by
+    the margin the LM claims need; a cell takes tens of minutes on one core, so it is meant for
+    Dask workers (``--scheduler``).
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import lm_large_config
+    >>> cfg = lm_large_config()
+    >>> cfg.parts, cfg.n_layers, cfg.d_model, cfg.lm_train_len, cfg.lm_steps
+    (('lm', 'rope_scaling'), 4, 128, 128, 4000)
+    """
+    return StudyConfig(seed=seed, parts=("lm", "rope_scaling"), d_model=128, n_heads=8, n_layers=4, d_ff=512,
+                       lm_train_len=128, lm_eval_factors=(1, 2, 4, 8), lm_steps=4000, lm_batch_size=32,
+                       lm_warmup=200, lm_lr=2e-3, lm_eval_tokens=8192, finetune_steps=200)
 
 
 def quick_config(seed: int = 0) -> StudyConfig:
-    """The reduced study of ``--quick`` (what the tests run): every part, encoding, fusion mode
-    and training option with two seeds, on two tasks, a tiny model and a few steps."""
-    return StudyConfig(seeds=2, seed=seed, tasks=["copy", "lag"], train_len=4, alphabet=8, d_model=16, n_heads=2,
-                       n_layers=1, d_ff=32, steps=10, batch_size=8, warmup=2, eval_sequences=8, lm_train_len=16,
-                       lm_steps=10, lm_batch_size=4, lm_warmup=2, lm_eval_tokens=256, finetune_steps=4,
-                       finetune_batch_size=2, jobs=1)
+    """The reduced study of ``--quick`` (what the tests run): every part, training option and
+    fusion mode with two seeds, on two tasks, a tiny model and a few steps.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import quick_config
+    >>> cfg = quick_config(seed=3)
+    >>> cfg.seed, cfg.seeds, cfg.train_len, cfg.d_model, cfg.steps, cfg.jobs
+    (3, 2, 4, 16, 10, 1)
+    """
+    return StudyConfig(seeds=2, seed=seed, tasks=["copy", "lag"], training=("fixed", "varying", "randomized"),
+                       fusions=("add", "concat", "multiply"), train_len=4, alphabet=8, d_model=16, n_heads=2,
+                       n_layers=1, d_ff=32, steps=10, fit_rounds=2, fit_sequences=8, randomized_range=256,
+                       batch_size=8, warmup=2, eval_sequences=8, lm_train_len=16, lm_steps=10, lm_batch_size=4,
+                       lm_warmup=2, lm_eval_tokens=256, finetune_steps=4, finetune_batch_size=2, curve_every=5,
+                       loss_bins=8, jobs=1)
+
+
+PRESETS = {"default": StudyConfig, "quick": quick_config, "full": full_config, "lm_large": lm_large_config}
 
 
 def _seed(*parts) -> int:
     return zlib.crc32("/".join(str(p) for p in parts).encode()) & 0x7FFFFFFF
 
 
+def fit_seed(base_seed: int, task: str, n: int) -> int:
+    """Seed of the fit-check set of ``task`` at size ``n`` (drawn apart from the held-out sets).
+
+    Examples
+    --------
+    >>> import zlib
+    >>> from posenc_np.study.config import eval_seed, fit_seed
+    >>> fit_seed(0, "copy", 4) == zlib.crc32(b"0/fit/copy/4") & 0x7FFFFFFF
+    True
+    >>> fit_seed(0, "copy", 4) != eval_seed(0, "copy", 4)     # drawn apart from the held-out set
+    True
+    """
+    return _seed(base_seed, "fit", task, n)
+
+
 def eval_seed(base_seed: int, task: str, n: int) -> int:
-    """Seed of the held-out set of ``task`` at size ``n`` (the same for every encoding, option and seed)."""
+    """Seed of the held-out set of ``task`` at size ``n`` (the same for every encoding, option and seed).
+
+    Examples
+    --------
+    >>> import zlib
+    >>> from posenc_np.study.config import eval_seed
+    >>> eval_seed(0, "copy", 4) == zlib.crc32(b"0/eval/copy/4") & 0x7FFFFFFF
+    True
+    """
     return _seed(base_seed, "eval", task, n)
 
 
@@ -184,7 +315,21 @@ def grid(cfg: StudyConfig, corpus: dict | None = None) -> list[dict]:
     """The cells of a study, in a fixed order, each with its derived seed.
 
     ``corpus`` (the digests of :func:`posenc_np.study.corpus.corpus_digests`) is stored in the LM
-    and RoPE-scaling cells, which refuse to run on another corpus."""
+    and RoPE-scaling cells, which refuse to run on another corpus.
+
+    Examples
+    --------
+    >>> import zlib
+    >>> from posenc_np.study.config import StudyConfig, cell_id, grid
+    >>> cfg = StudyConfig(seeds=2, parts=("tasks", "lm"), encodings=["rope", "alibi"], tasks=["copy"],
+    ...                   training=("fixed",))
+    >>> cells = grid(cfg)
+    >>> [cell_id(c) for c in cells]
+    ['tasks__fixed__rope__copy__s0', 'tasks__fixed__rope__copy__s1', 'tasks__fixed__alibi__copy__s0',
+     'tasks__fixed__alibi__copy__s1', 'lm__rope__s0', 'lm__rope__s1', 'lm__alibi__s0', 'lm__alibi__s1', 'lm__ngram']
+    >>> cells[0]["seed"] == zlib.crc32(b"0/rope/copy/0") & 0x7FFFFFFF     # base seed / label / task / seed index
+    True
+    """
     cells = []
     absolute = {e for e in cfg.encodings if REGISTRY[e].absolute}
 
@@ -210,6 +355,8 @@ def grid(cfg: StudyConfig, corpus: dict | None = None) -> list[dict]:
             for i in range(cfg.seeds):
                 cells.append({"part": "lm", **common(enc, fusion, i, _seed(cfg.seed, "lm", _label(enc, fusion), i)),
                               "corpus": corpus})
+        cells.append({"part": "lm", "encoding": NGRAM, "fusion": None, "label": NGRAM, "seed_index": 0, "seed": 0,
+                      "embed_scale": "none", "position_options": {}, "corpus": corpus})
     if "rope_scaling" in cfg.parts:
         for i in range(cfg.seeds):
             cells.append({"part": "rope_scaling", **common("rope", None, i, _seed(cfg.seed, "lm", "rope", i)),
@@ -219,9 +366,20 @@ def grid(cfg: StudyConfig, corpus: dict | None = None) -> list[dict]:
 
 def cell_id(cell: dict) -> str:
     """A cell's name in the result store, e.g. ``"tasks__fixed__rope__copy__s0"``, ``"lm__alibi__s2"``,
-    ``"rope_scaling__s1"``."""
+    ``"rope_scaling__s1"``.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import cell_id
+    >>> cell_id({"part": "tasks", "training": "fixed", "label": "rope", "task": "copy", "seed_index": 0})
+    'tasks__fixed__rope__copy__s0'
+    >>> cell_id({"part": "lm", "encoding": "alibi", "label": "alibi", "seed_index": 2})
+    'lm__alibi__s2'
+    >>> cell_id({"part": "rope_scaling", "seed_index": 1})
+    'rope_scaling__s1'
+    """
     if cell["part"] == "tasks":
         return f"tasks__{cell['training']}__{cell['label']}__{cell['task']}__s{cell['seed_index']}"
     if cell["part"] == "lm":
-        return f"lm__{cell['label']}__s{cell['seed_index']}"
+        return "lm__ngram" if cell["encoding"] == NGRAM else f"lm__{cell['label']}__s{cell['seed_index']}"
     return f"rope_scaling__s{cell['seed_index']}"

@@ -6,28 +6,46 @@ import datetime
 import functools
 import json
 import os
-import platform
+import subprocess
 import sys
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._checks import check_int
 from .._version import __version__
-from .cells import run_cell
-from .config import PARTS, StudyConfig, cell_id, full_config, grid, quick_config
-from .corpus import corpus_digests, load_corpus
+from .cells import environment, run_cell
+from .config import NGRAM, PARTS, StudyConfig, cell_id, grid
+from .corpus import corpus_digests, load_corpus, load_corpus_file
 from .executors import make_executor
 from .report import SCHEMA, load_results, publish, write_report
 from .store import STUDY_TOOL, ResultStore, json_safe, write_json
 from .tasks import TASKS, TRAINING_OPTIONS
 
-__all__ = ["cell_cost", "report_cli", "run_extrapolation", "run_extrapolation_cli"]
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Callable
+
+    from .executors import Dask, InProcess, ProcessPool
+
+__all__ = ["cell_cost", "report_cli", "run_extrapolation", "run_extrapolation_cli", "warm_cache"]
 
 
 def cell_cost(cfg: StudyConfig, cell: dict) -> float:
-    """A rough relative cost of a cell (token-positions processed, attention-weighted), for the ETA."""
+    """A rough relative cost of a cell (token-positions processed, attention-weighted), for the ETA.
+
+    Examples
+    --------
+    >>> from posenc_np.study.config import grid, quick_config
+    >>> from posenc_np.study.runner import cell_cost
+    >>> cfg = quick_config()
+    >>> ngram = next(c for c in grid(cfg) if c["encoding"] == "ngram")
+    >>> cell_cost(cfg, ngram)       # 2 % of the LM's training: 0.02 * lm_steps * batch * T * (1 + T / 64)
+    16.0
+    >>> 0.02 * cfg.lm_steps * cfg.lm_batch_size * cfg.lm_train_len * (1 + cfg.lm_train_len / 64)
+    16.0
+    """
     def tokens(batch, T, passes=1.0):
         return batch * T * (1 + T / 64) * passes
 
@@ -37,9 +55,12 @@ def cell_cost(cfg: StudyConfig, cell: dict) -> float:
                    for f in cfg.lm_eval_factors)
 
     if cell["part"] == "tasks":
-        return cfg.steps * tokens(cfg.batch_size, 2 * cfg.train_len + 1) + sum(
+        rounds = (1 + cfg.fit_rounds) / 2  # many cells fit before the last round
+        return rounds * cfg.steps * tokens(cfg.batch_size, 2 * cfg.train_len + 1) + sum(
             tokens(cfg.eval_sequences, 2 * cfg.train_len * f + 1, 1 / 3) for f in cfg.eval_factors)
     train = cfg.lm_steps * tokens(cfg.lm_batch_size, cfg.lm_train_len)
+    if cell.get("encoding") == NGRAM:
+        return 0.02 * train
     if cell["part"] == "lm":
         return train + lm_eval()
     ft = cfg.finetune_steps * tokens(cfg.finetune_batch_size, cfg.scaling_factor * cfg.lm_train_len)
@@ -108,8 +129,42 @@ def _describe(result: dict) -> str:
     return f"{name} ppl {shown} ({result['seconds']:.1f} s)"
 
 
-def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = True, log=None,
-                      executor=None) -> dict:
+def warm_cache(cfg_dict: dict, log: Callable[[str], None] | None = None, timeout: float = 1800.0) -> float:
+    """Compile the study's Numba kernels into the on-disk cache in a separate process
+    (:func:`posenc_np.study.cells.warm_kernels`) before any cell runs, so that every cell, in
+    this process or a worker, loads the same cached machine code; returns the seconds it took.
+    A failure is reported and ignored (the cells then compile for themselves).
+
+    Examples
+    --------
+    >>> from dataclasses import asdict
+    >>> from posenc_np.study.config import quick_config
+    >>> from posenc_np.study.runner import warm_cache
+    >>> seconds = warm_cache(asdict(quick_config()), log=print, timeout=0.001)   # a failure is reported, not raised
+    study: warming the Numba cache failed (Command ... timed out after 0.001 seconds); the cells compile their kernels
+    >>> seconds < 60
+    True
+    """
+    t0 = time.perf_counter()
+    code = ("import json, sys; from posenc_np.study.cells import warm_kernels; "
+            "warm_kernels(json.loads(sys.stdin.read()))")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=json.dumps(cfg_dict), text=True, env=env,
+                              capture_output=True, timeout=timeout, check=False)
+        if done.returncode != 0 and log:
+            log(f"study: warming the Numba cache failed (the cells compile their kernels): {done.stderr[-300:]}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        if log:
+            log(f"study: warming the Numba cache failed ({exc}); the cells compile their kernels")
+    return time.perf_counter() - t0
+
+
+def run_extrapolation(out: str | os.PathLike, cfg: StudyConfig | None = None, *, progress: bool = True,
+                      log: Callable[[str], None] | None = None,
+                      executor: InProcess | ProcessPool | Dask | None = None,
+                      corpus_file: str | os.PathLike | None = None, warm: bool = True) -> dict:
     """Run the study described by ``cfg`` into ``out`` and return the results dict.
 
     Every cell's result is stored as it finishes (:class:`~posenc_np.study.store.ResultStore`),
@@ -120,11 +175,47 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     figures (when matplotlib is installed) are written atomically from every finished cell.
 
     ``executor``: one of :mod:`posenc_np.study.executors` (default: a process pool of
-    ``cfg.jobs`` workers, in-process for ``jobs=1``).
+    ``cfg.jobs`` workers, in-process for ``jobs=1``). ``corpus_file``: the LM corpus for a
+    configuration with ``corpus="file"`` (read here, shipped to the workers). The corpus and the
+    encodings added with :func:`posenc_np.registry.register` travel to every worker once.
+    ``warm``: compile the Numba kernels into the cache first (:func:`warm_cache`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from posenc_np.study.config import StudyConfig
+    >>> from posenc_np.study.runner import run_extrapolation
+    >>> with tempfile.TemporaryDirectory() as out:            # the configuration is checked before anything runs
+    ...     run_extrapolation(out, StudyConfig(tasks=["sort"]))
+    Traceback (most recent call last):
+        ...
+    ValueError: tasks has unknown entries ['sort']; allowed: ['copy', 'lag', 'reverse']
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     run_extrapolation(out, StudyConfig(corpus="file"))
+    Traceback (most recent call last):
+        ...
+    ValueError: corpus='file' needs the corpus file (--corpus FILE)
     """
-    cfg = (cfg or StudyConfig()).validate()
+    from ..registry import registered
+
+    cfg = cfg or StudyConfig()
+    if corpus_file is not None:
+        cfg.corpus = "file"
+    cfg = cfg.validate()
     cfg_dict = json.loads(json.dumps(asdict(cfg)))  # tuples become lists, as stored
-    corpus = load_corpus()["identity"] if {"lm", "rope_scaling"} & set(cfg.parts) else None
+    shared = {"corpus": None, "encodings": registered()}
+    corpus = None
+    if {"lm", "rope_scaling"} & set(cfg.parts):
+        if cfg.corpus == "file" and corpus_file is None:
+            raise ValueError("corpus='file' needs the corpus file (--corpus FILE)")
+        data = (load_corpus_file(corpus_file, min_held_out=cfg.lm_eval_tokens + 1) if cfg.corpus == "file"
+                else load_corpus())
+        if len(data["held_out"]) <= cfg.lm_eval_tokens:
+            raise ValueError(f"the corpus holds {len(data['held_out'])} held-out bytes; lm_eval_tokens needs "
+                             f"{cfg.lm_eval_tokens + 1}")
+        corpus = data["identity"]
+        shared["corpus"] = {"train": data["train"].tobytes(), "held_out": data["held_out"].tobytes(),
+                            "identity": corpus}
     store = ResultStore(out, cfg_dict)
     store.prepare()
     cells = grid(cfg, corpus_digests(corpus) if corpus else None)
@@ -151,22 +242,26 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
         on_result({"cell": cell, "status": "error", "records": [], "seconds": 0.0, "error": message, "worker": None})
 
     order = sorted(todo, key=lambda c: -costs[cell_id(c)])  # longest first: no long cell left alone at the end
+    warm_seconds = None
     try:
         if order:  # nothing to run: no worker or cluster is started
-            executor.run(functools.partial(run_cell, cfg_dict), order, on_result, on_failure)
+            if warm:
+                warm_seconds = warm_cache(cfg_dict, say)
+                say(f"study: Numba kernels compiled into the cache in {warm_seconds:.0f} s")
+            executor.run(functools.partial(run_cell, cfg_dict), order, on_result, on_failure, shared)
     finally:
         bar.close()
     elapsed = time.perf_counter() - t0
     done = [results[cell_id(c)] for c in cells]
     failed = [{"cell": cell_id(r["cell"]), "error": r["error"]} for r in done if r["status"] != "ok"]
-    workers = sorted({f"{w['host']} (Python {w['python']}, NumPy {w['numpy']})"
-                      for r in done if isinstance(w := r.get("worker"), dict)})
+    workers = sorted({f"{w.get('host')} (Python {w.get('python')}, NumPy {w.get('numpy')}, Numba {w.get('numba')}, "
+                      f"{w.get('cpu')})" for r in done if isinstance(w := r.get("worker"), dict)})
+    env = {k: v for k, v in environment().items() if k not in ("host", "pid")}
     summary = {"meta": {"tool": STUDY_TOOL, "schema": SCHEMA, "version": __version__, "config": cfg_dict,
                         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-                        "cells": len(cells), "elapsed_seconds": elapsed,
+                        "cells": len(cells), "elapsed_seconds": elapsed, "warm_seconds": warm_seconds,
                         "cell_seconds": sum(r["seconds"] for r in done), "executor": executor.name,
-                        "workers": workers, "python": platform.python_version(), "numpy": np.__version__,
-                        "machine": platform.machine(), "cpu_count": os.cpu_count(), "corpus": corpus,
+                        "workers": workers, "environment": env, "corpus": corpus,
                         "tasks": {t: TASKS[t].__doc__ or t for t in cfg.tasks},
                         "training": {o: TRAINING_OPTIONS[o].description for o in cfg.training}},
                "records": [rec for r in done if r["status"] == "ok" for rec in r["records"]], "failed": failed}
@@ -178,24 +273,29 @@ def run_extrapolation(out, cfg: StudyConfig | None = None, *, progress: bool = T
     return summary
 
 
-def _config_from_args(args) -> StudyConfig:
-    seed = check_int(args.seed, "--seed", minimum=0)
-    cfg = quick_config(seed) if args.quick else full_config(seed) if args.full else StudyConfig(seed=seed)
-    if args.seeds is not None:
-        cfg.seeds = check_int(args.seeds, "--seeds", minimum=1)
-    if args.parts is not None:
-        cfg.parts = tuple(p.strip() for p in args.parts.split(",") if p.strip())
-    if args.jobs is not None:
-        cfg.jobs = check_int(args.jobs, "--jobs", minimum=1)
-    return cfg
+def run_extrapolation_cli(args: argparse.Namespace) -> int:
+    """``posenc-np study extrapolation``: run (or resume) a study, optionally publish it.
 
+    Examples
+    --------
+    >>> import argparse, tempfile
+    >>> from posenc_np.study.cli import add_parser
+    >>> from posenc_np.study.runner import run_extrapolation_cli
+    >>> parser = argparse.ArgumentParser(prog="posenc-np")
+    >>> add_parser(parser.add_subparsers(dest="command"))
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     args = parser.parse_args(["study", "extrapolation", "--out", out, "--quick", "--tasks", "sort"])
+    ...     run_extrapolation_cli(args)
+    Traceback (most recent call last):
+        ...
+    ValueError: tasks has unknown entries ['sort']; allowed: ['copy', 'lag', 'reverse']
+    """
+    from .cli import config_from_args
 
-def run_extrapolation_cli(args) -> int:
-    """``posenc-np study extrapolation``: run (or resume) a study, optionally publish it."""
-    cfg = _config_from_args(args)
-    dask_workers = None if args.dask_workers is None else check_int(args.dask_workers, "--dask-workers", minimum=1)
-    executor = make_executor(jobs=cfg.validate().jobs, scheduler=args.scheduler, dask_workers=dask_workers)
-    results = run_extrapolation(args.out, cfg, progress=not args.no_progress, executor=executor)
+    cfg = config_from_args(args)
+    executor = make_executor(jobs=cfg.validate().jobs, scheduler=args.scheduler, dask_workers=args.dask_workers)
+    results = run_extrapolation(args.out, cfg, progress=not args.no_progress, executor=executor,
+                                corpus_file=args.corpus)
     if args.publish is not None:
         _publish(args.out, args.publish, not args.no_progress)
     return 1 if results["failed"] else 0
@@ -207,8 +307,26 @@ def _publish(out, docs, verbose: bool) -> None:
         print(f"study: published {', '.join(written)} under {docs}", file=sys.stderr)
 
 
-def report_cli(args) -> int:
-    """``posenc-np study report DIR``: regenerate ``results.md`` and the figures from ``results.json``."""
+def report_cli(args: argparse.Namespace) -> int:
+    """``posenc-np study report DIR``: regenerate ``results.md`` and the figures from ``results.json``.
+
+    Examples
+    --------
+    >>> import argparse, os, tempfile
+    >>> from dataclasses import asdict
+    >>> from posenc_np.study.config import StudyConfig
+    >>> from posenc_np.study.report import SCHEMA
+    >>> from posenc_np.study.runner import report_cli
+    >>> from posenc_np.study.store import STUDY_TOOL, write_json
+    >>> doc = {"meta": {"tool": STUDY_TOOL, "schema": SCHEMA, "version": "0", "config": asdict(StudyConfig(seeds=4)),
+    ...                 "elapsed_seconds": 0.0, "cell_seconds": 0.0}, "records": [], "failed": []}
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     write_json(os.path.join(out, "results.json"), doc)
+    ...     status = report_cli(argparse.Namespace(dir=out, publish=None))     # says what it wrote on stderr
+    ...     files = sorted(os.listdir(out))
+    >>> status, files                   # 0: no cell failed
+    (0, ['results.csv', 'results.json', 'results.md'])
+    """
     doc = load_results(args.dir)
     written = write_report(doc, args.dir)
     print(f"study: wrote {', '.join(written)} to {args.dir}", file=sys.stderr)

@@ -7,14 +7,15 @@ import os
 
 import numpy as np
 
-from .._files import atomic_write, check_target, sweep_stale_temps
+from .._files import atomic_write, check_target, read_bounded, sweep_stale_temps
 from .config import cell_id
 
 __all__ = ["OUTPUTS", "STUDY_TOOL", "ResultStore", "json_safe", "read_json", "write_json"]
 
 STUDY_TOOL = "posenc-np study extrapolation"
 #: Files the study writes in its output directory (besides ``study.json`` and ``cells/``).
-OUTPUTS = ("results.json", "results.md", "tasks.png", "lm.png", "rope_scaling.png")
+OUTPUTS = ("results.json", "results.md", "results.csv", "tasks.png", "lm.png", "rope_scaling.png", "position_loss.png",
+           "attention.png", "curves.png")
 _MAX_JSON_BYTES = 256 << 20  # a results or cell file larger than this is not one of ours
 
 
@@ -31,25 +32,63 @@ def identity(cfg_dict: dict) -> dict:
     return {k: v for k, v in cfg_dict.items() if k not in PER_CELL_KEYS}
 
 
-def read_json(path):
-    """The JSON document at ``path``, or None when it is missing, unreadable, too large or not JSON."""
+def read_json(path: str | os.PathLike) -> object:
+    """The JSON document at ``path``, or None when it is missing, not a regular file (a symbolic
+    link, a FIFO, a device), larger than the limit, not UTF-8 or not strict JSON (read with
+    :func:`posenc_np._files.read_bounded`, parsed by :func:`posenc_np.golden.safe_io.parse_json`).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from posenc_np.study.store import read_json, write_json
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_json(os.path.join(tmp, "a.json"), {"b": [1, 2.5]})
+    ...     with open(os.path.join(tmp, "bad.json"), "w") as fh:
+    ...         _ = fh.write("{NaN")
+    ...     docs = [read_json(os.path.join(tmp, name)) for name in ("a.json", "bad.json", "missing.json")]
+    >>> docs                                  # not strict JSON, or missing: None
+    [{'b': [1, 2.5]}, None, None]
+    """
+    from ..golden.safe_io import parse_json
+
     try:
-        if os.path.getsize(path) > _MAX_JSON_BYTES:
-            return None
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return parse_json(read_bounded(path, _MAX_JSON_BYTES, "study file", follow_links=False), os.fspath(path))
+    except ValueError:
         return None
 
 
-def write_json(path, obj) -> None:
-    """Write ``obj`` as strict JSON (no NaN) atomically."""
+def write_json(path: str | os.PathLike, obj: object) -> None:
+    """Write ``obj`` as strict JSON (no NaN) atomically.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from posenc_np.study.store import write_json
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_json(os.path.join(tmp, "a.json"), {"loss": 0.5, "cell": "lm__ngram"})
+    ...     with open(os.path.join(tmp, "a.json")) as fh:
+    ...         text = fh.read()
+    >>> text.splitlines()                     # sorted keys, one space of indent
+    ['{', ' "cell": "lm__ngram",', ' "loss": 0.5', '}']
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     write_json(os.path.join(tmp, "b.json"), {"loss": float("nan")})    # strict JSON: no NaN
+    Traceback (most recent call last):
+        ...
+    ValueError: Out of range float values are not JSON compliant...
+    """
     text = json.dumps(obj, indent=1, sort_keys=True, allow_nan=False) + "\n"
     atomic_write(path, lambda fh: fh.write(text), mode="w")
 
 
-def json_safe(obj):
-    """NaN/inf (e.g. the loss of a diverged cell) as None, so result files stay strict JSON."""
+def json_safe(obj: object) -> object:
+    """NaN/inf (e.g. the loss of a diverged cell) as None, so result files stay strict JSON.
+
+    Examples
+    --------
+    >>> from posenc_np.study.store import json_safe
+    >>> json_safe({"loss": float("nan"), "ppl": [3.5, float("inf")], "status": "ok"})
+    {'loss': None, 'ppl': [3.5, None], 'status': 'ok'}
+    """
     if isinstance(obj, float) and not np.isfinite(obj):
         return None
     if isinstance(obj, dict):
@@ -76,9 +115,25 @@ class ResultStore:
     cell and runs only the new ones. Cells recorded with
     ``"status": "error"`` are run again on a rerun, and so are cells whose stored description
     differs (e.g. an LM cell of another corpus).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from posenc_np.study.store import ResultStore
+    >>> cell = {"part": "lm", "encoding": "ngram", "label": "ngram", "seed_index": 0}
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     store = ResultStore(out, {"seed": 0, "jobs": 1})
+    ...     store.prepare()
+    ...     before = store.load(cell)
+    ...     store.save({"cell": cell, "status": "ok", "records": [{"ppl": 3.5}]})
+    ...     after = store.load(cell)
+    ...     name = os.path.basename(store.path(cell))
+    ...     other = ResultStore(out, {"seed": 1, "jobs": 1}).load(cell)     # a cell of another configuration
+    >>> before, after["records"], name, other
+    (None, [{'ppl': 3.5}], 'lm__ngram.json', None)
     """
 
-    def __init__(self, out, cfg_dict: dict):
+    def __init__(self, out: str | os.PathLike, cfg_dict: dict) -> None:
         self.out = os.fspath(out)
         self.cells_dir = os.path.join(self.out, "cells")
         self.cfg_dict = cfg_dict
@@ -120,7 +175,11 @@ class ResultStore:
 
         A file that does not parse or belongs to another cell or configuration counts as not
         finished (it is overwritten when the cell runs again)."""
-        doc = read_json(self.path(cell))
+        path = self.path(cell)
+        if os.path.isdir(path) and not os.path.islink(path):
+            raise ValueError(f"study cell {path} is a directory, not a file; remove it (the cell's result is "
+                             "stored there)")
+        doc = read_json(path)
         if not (isinstance(doc, dict) and doc.get("cell") == cell and isinstance(doc.get("records"), list)
                 and doc.get("status") in ("ok", "error") and isinstance(doc.get("config"), dict)
                 and identity(doc["config"]) == identity(self.cfg_dict)):

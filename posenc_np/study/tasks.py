@@ -81,7 +81,7 @@ class _Task:
     def _symbols(self, rng, batch, length):
         return rng.integers(FIRST_SYMBOL, FIRST_SYMBOL + self.alphabet, size=(batch, length))
 
-    def sample(self, rng: np.random.Generator, batch_size: int):
+    def sample(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, targets)``, integer arrays ``(batch_size, seq_len)`` drawn with ``rng``."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -101,7 +101,18 @@ def _seq2seq(prefix_and_answer: np.ndarray, n: int):
 
 
 class CopyTask(_Task):
-    """``BOS x1..xn SEP x1..xn``; the n answer tokens are scored."""
+    """``BOS x1..xn SEP x1..xn``; the n answer tokens are scored.
+
+    Examples
+    --------
+    >>> from posenc_np.study.tasks import CopyTask
+    >>> task = CopyTask(3, alphabet=4)            # symbols 2..5; BOS = 0, SEP = 1
+    >>> task.seq_len, task.vocab_size             # 2n + 1 input tokens, 2 + alphabet
+    (7, 6)
+    >>> tokens, targets = task.sample(np.random.default_rng(0), 1)
+    >>> tokens.tolist(), targets.tolist()         # BOS x1 x2 x3 SEP x1 x2; only the answer x1 x2 x3 is scored
+    ([[0, 5, 4, 4, 1, 5, 4]], [[-100, -100, -100, -100, 5, 4, 4]])
+    """
 
     name = "copy"
 
@@ -112,7 +123,15 @@ class CopyTask(_Task):
 
 
 class ReverseTask(_Task):
-    """``BOS x1..xn SEP xn..x1``; the n answer tokens are scored."""
+    """``BOS x1..xn SEP xn..x1``; the n answer tokens are scored.
+
+    Examples
+    --------
+    >>> from posenc_np.study.tasks import ReverseTask
+    >>> tokens, targets = ReverseTask(3, alphabet=4).sample(np.random.default_rng(0), 1)
+    >>> tokens.tolist(), targets.tolist()         # BOS x1 x2 x3 SEP x3 x2; scored: x3 x2 x1
+    ([[0, 5, 4, 4, 1, 4, 4]], [[-100, -100, -100, -100, 4, 4, 5]])
+    """
 
     name = "reverse"
 
@@ -126,7 +145,17 @@ class ReverseTask(_Task):
 class LagTask(_Task):
     """``BOS x1..x2n``; position i > lag predicts x_{i-lag} (a purely relative pattern).
 
-    ``1 <= lag <= 2n - 1``, so that at least one position is scored."""
+    ``1 <= lag <= 2n - 1``, so that at least one position is scored.
+
+    Examples
+    --------
+    >>> from posenc_np.study.tasks import LagTask
+    >>> tokens, targets = LagTask(3, alphabet=4, lag=2).sample(np.random.default_rng(0), 1)
+    >>> tokens.tolist(), targets.tolist()         # position i > 2 predicts the token 2 back
+    ([[0, 5, 4, 4, 3, 3, 2]], [[-100, -100, -100, 5, 4, 4, 3]])
+    >>> LagTask.min_size()                        # the default lag 3 needs 2n - 1 >= 3
+    2
+    """
 
     lag: int = 3
     name = "lag"
@@ -157,6 +186,20 @@ class VaryingLength:
     (``IGNORE``) targets on the padding; in a causal decoder no scored position attends to it,
     so each example is trained exactly as if it were alone (up to the float summation order of
     the batch). The size is drawn before the example's symbols, all from the one ``rng``.
+
+    Examples
+    --------
+    >>> from posenc_np.study.tasks import CopyTask, VaryingLength
+    >>> task = VaryingLength(CopyTask, max_size=3, alphabet=4)
+    >>> task.min_size, task.seq_len
+    (1, 7)
+    >>> tokens, targets = task.sample(np.random.default_rng(0), 2)
+    >>> tokens                                  # sizes 3 and 2; the second row padded with BOS
+    array([[0, 3, 2, 2, 1, 3, 2],
+           [0, 4, 3, 1, 4, 0, 0]])
+    >>> targets                                 # the padding is never scored
+    array([[-100, -100, -100, -100,    3,    2,    2],
+           [-100, -100, -100,    4,    3, -100, -100]])
     """
 
     def __init__(self, task_cls, max_size: int, alphabet: int, min_size: int | None = None):
@@ -177,7 +220,7 @@ class VaryingLength:
     def seq_len(self) -> int:
         return self.longest.seq_len
 
-    def sample(self, rng: np.random.Generator, batch_size: int):
+    def sample(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """``(tokens, targets)`` of shape ``(batch_size, seq_len of max_size)``."""
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
@@ -224,6 +267,17 @@ class TrainingOption:
         Train with positions sampled from ``0 .. M-1``, ``M`` the longest evaluation sequence
         (Ruoss et al. 2023; the cell sets ``position_options['randomized_max_len'] = M`` and
         ``max_len >= M`` in both phases; evaluation uses ordinary positions).
+
+    Examples
+    --------
+    >>> from posenc_np.study.tasks import TRAINING_OPTIONS, TrainingOption
+    >>> randomized = TRAINING_OPTIONS["randomized"]
+    >>> randomized.varying_length, randomized.randomized_positions
+    (True, True)
+    >>> randomized.applies("rope"), randomized.applies("alibi")    # alibi's bias is built from the shapes
+    (True, False)
+    >>> TrainingOption("every example has size L").model_kwargs({"d_model": 16}, "train")   # default: unchanged
+    {'d_model': 16}
     """
 
     description: str
