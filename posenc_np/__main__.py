@@ -1,3 +1,5 @@
+"""``python -m posenc_np``: the command line of :mod:`posenc_np.cli`."""
+
 import sys
 
 from .cli import main

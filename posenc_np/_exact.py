@@ -6,7 +6,7 @@ Where a float64 table loses accuracy, and what this module does about each step:
    up to half an ulp, which :math:`p` multiplies. Frequencies are evaluated once per call with
    mpmath at :data:`WORKING_BITS` bits (:func:`mp`, :func:`omega`; the scaling formulas of
    :mod:`posenc_np.rope_scaling` run on these values) and returned as :class:`ExactFrequencies`:
-   the correctly rounded doubles, which also remember the extended values.
+   the exact values with their correctly rounded doubles, an explicit value the table builders take.
 2. **Product rounding and argument reduction.** The angle is never formed. Per frequency, the
    fraction of a turn :math:`u = \omega / 2\pi` is expanded once into 24-bit digits (Payne-Hanek:
    a 1,600-bit fixed-point :math:`1/2\pi` from Machin's formula, exact Python-integer
@@ -36,13 +36,20 @@ elementary functions); Muller et al., *Handbook of Floating-Point Arithmetic*, c
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._checks import as_positions
 
+if TYPE_CHECKING:
+    import mpmath
+
 __all__ = [
+    "FREQUENCY_BYTES",
     "MAX_POSITION",
     "WORKING_BITS",
     "ExactFrequencies",
@@ -50,9 +57,8 @@ __all__ = [
     "TurnConstants",
     "cos_sin",
     "dd_cos_sin",
-    "exact_values",
+    "exact_frequencies",
     "float32_split",
-    "frequency_array",
     "mp",
     "omega",
     "positions",
@@ -63,6 +69,9 @@ __all__ = [
 MAX_POSITION = 2 ** 53
 #: Precision (bits) of the extended frequency evaluation.
 WORKING_BITS = 256
+#: Memory one extended frequency takes (its 256-bit value, exact ``(m, e)`` pair and turn constants;
+#: 1.3 KB measured), for the allocation rule: ``check_alloc((n, FREQUENCY_BYTES), np.uint8, ...)``.
+FREQUENCY_BYTES = 2048
 
 _B = 24                      # bits per digit of a turn count
 _MASK = (1 << _B) - 1
@@ -120,7 +129,8 @@ def _atan_inv(x: int, one: int) -> int:
 
 @functools.cache
 def _pi_fixed(bits: int) -> int:
-    """:math:`\\pi 2^{bits}` within one unit (Machin: :math:`\\pi = 16\\,\\mathrm{atan}\\frac15 - 4\\,\\mathrm{atan}\\frac1{239}`)."""
+    """:math:`\\pi 2^{bits}` within one unit (Machin: :math:`\\pi = 16\\,\\mathrm{atan}\\frac15 -
+    4\\,\\mathrm{atan}\\frac1{239}`)."""
     guard = 32
     one = 1 << (bits + guard)
     return (16 * _atan_inv(5, one) - 4 * _atan_inv(239, one)) >> guard
@@ -194,7 +204,7 @@ def _turn_table() -> dict:
 # --------------------------------------------------------------------------- extended frequencies
 
 @functools.cache
-def mp():
+def mp() -> mpmath.MPContext:
     """A private mpmath context at :data:`WORKING_BITS` bits (thread-safe: its precision never changes).
 
     Imported on first use only. Arithmetic between its ``mpf`` values and Python numbers stays
@@ -219,7 +229,7 @@ def _omega_values(dim: int, base) -> tuple:
     return tuple(values)
 
 
-def omega(dim: int, base) -> np.ndarray:
+def omega(dim: int, base: float | mpmath.mpf) -> np.ndarray:
     r""":math:`\omega_i = \mathrm{base}^{-2i/d}`, ``i < dim // 2``, as an object array of extended values.
 
     ``base`` may be a float or an extended value (the NTK bases are). :math:`\omega_i = r^i` with
@@ -241,44 +251,28 @@ def _man_exp(value) -> tuple[int, int]:
     return tuple(int(v) for v in mp().mpf(value).man_exp)
 
 
-class ExactFrequencies(np.ndarray):
-    """Float64 frequencies (each the correctly rounded extended value) that remember the extended values.
+@dataclass(frozen=True, eq=False)
+class ExactFrequencies:
+    """Frequencies known exactly, each ``m * 2**e`` (``exact``), with their float64 values ``rounded``
+    (each correctly rounded, a read-only array).
 
-    Returned by :func:`posenc_np.rope.inv_freq` and
-    :func:`posenc_np.absolute.sinusoidal_frequencies`; :func:`posenc_np.rope.cos_sin` reads the
-    extended values, so tables do not inherit the half-ulp rounding of each frequency. It is an
-    ordinary float64 array otherwise: arithmetic and slicing return arrays without the extended
-    values, and if its entries are changed in place they are ignored (checked on use).
+    Returned by :func:`posenc_np.rope.exact_inv_freq` and :func:`posenc_np.absolute.geometric_frequencies`
+    and taken by :func:`posenc_np.rope.cos_sin` and the other table builders, whose tables then do
+    not inherit the half-ulp rounding of each frequency. It is not an array: an array of
+    frequencies (``rounded`` included) is taken at its float64 values, so equal arrays give equal
+    tables.
     """
 
-    def __array_finalize__(self, obj):
-        self._exact = None
-        self._rounded = None
-
-    def __array_wrap__(self, array, context=None, return_scalar=False):
-        array = np.asarray(array)
-        return array[()] if return_scalar else array
-
-    def __reduce__(self):  # pickles as a plain float64 array
-        return np.asarray(self).__reduce__()
+    exact: tuple
+    rounded: np.ndarray
 
 
-def frequency_array(values) -> ExactFrequencies:
-    """Round extended values (mpmath numbers, ints or floats) once to float64, keeping the exact ones."""
+def exact_frequencies(values: Iterable) -> ExactFrequencies:
+    """:class:`ExactFrequencies` of extended values (mpmath numbers, ints or floats), rounded once to float64."""
     exact = tuple(_man_exp(v) for v in values)
-    arr = np.array([_words(m, -e, 1)[0] for m, e in exact], dtype=np.float64).view(ExactFrequencies)
-    arr._exact = exact
-    arr._rounded = np.array(arr, dtype=np.float64)
-    return arr
-
-
-def exact_values(freqs) -> tuple | None:
-    """The extended values behind ``freqs`` if it is an unmodified :class:`ExactFrequencies`, else None."""
-    if not isinstance(freqs, ExactFrequencies) or freqs._exact is None:
-        return None
-    if freqs.shape != freqs._rounded.shape or not np.array_equal(np.asarray(freqs), freqs._rounded):
-        return None
-    return freqs._exact
+    rounded = np.array([_words(m, -e, 1)[0] for m, e in exact], dtype=np.float64)
+    rounded.flags.writeable = False
+    return ExactFrequencies(exact, rounded)
 
 
 # --------------------------------------------------------------------------- per-frequency constants
@@ -301,7 +295,7 @@ class TurnConstants:
     def size(self) -> int:
         return self.u_hi.size
 
-    def take(self, index) -> TurnConstants:
+    def take(self, index: ArrayLike) -> TurnConstants:
         return TurnConstants(self.digits[:, index], self.u_hi[index], self.u_lo[index], self.u_lo2[index],
                              self.w_hi[index], self.w_lo[index])
 
@@ -327,13 +321,12 @@ def _turn_constants(exact: tuple) -> TurnConstants:
     return TurnConstants(digits, *words)
 
 
-def turn_constants(freqs) -> TurnConstants:
-    """Kernel constants for ``freqs``: its extended values if it is :class:`ExactFrequencies`,
-    else each double taken as exact. Frequencies must be finite."""
-    exact = exact_values(freqs)
-    if exact is None:
-        exact = tuple(_man_exp(v) for v in np.asarray(freqs, dtype=np.float64).ravel())
-    return _turn_constants(exact)
+def turn_constants(freqs: ArrayLike | ExactFrequencies) -> TurnConstants:
+    """Kernel constants for ``freqs``: its exact values if it is :class:`ExactFrequencies`, else each
+    double of the array taken as exact. Frequencies must be finite."""
+    if isinstance(freqs, ExactFrequencies):
+        return _turn_constants(freqs.exact)
+    return _turn_constants(tuple(_man_exp(v) for v in np.asarray(freqs, dtype=np.float64).ravel()))
 
 
 # --------------------------------------------------------------------------- positions
@@ -350,7 +343,7 @@ class Positions:
         return self.whole.shape
 
 
-def positions(values, name: str = "positions", *, offset: int = 0) -> Positions:
+def positions(values: ArrayLike, name: str = "positions", *, offset: int = 0) -> Positions:
     r"""Check that every position is representable and split it exactly; ``offset`` is added exactly.
 
     Integer arrays: ``|p + offset| < 2**53``. Float arrays additionally need ``|p| < 2**(m+1)``
@@ -550,7 +543,8 @@ def _run(pos: Positions, tc: TurnConstants, amplitude: float, *, rounded: bool):
     return tuple(o.reshape(pos.shape + (n,)) for o in out)
 
 
-def dd_cos_sin(pos: Positions, tc: TurnConstants, *, amplitude: float = 1.0):
+def dd_cos_sin(pos: Positions, tc: TurnConstants, *,
+               amplitude: float = 1.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     r""":math:`f\cos(p\,\omega)` and :math:`f\sin(p\,\omega)` as double-doubles ``(c_hi, c_lo, s_hi, s_lo)``.
 
     Each has shape ``pos.shape + (n,)``; ``hi`` is the rounded value and ``hi + lo`` is within

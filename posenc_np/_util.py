@@ -9,23 +9,6 @@ import threading
 import numpy as np
 
 
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))  # native byte order only
-
-
-def kernel_dtype(*arrays: np.ndarray) -> bool:
-    """All float32 or all float64: the one dtype the fused Numba kernels of the layers, the
-    attention softmax and the optimizer take (otherwise their callers run the NumPy code).
-    A plain loop: called ~100 times a training step, where a generator in ``all()`` costs
-    twice as much."""
-    dt = arrays[0].dtype
-    if dt not in _KERNEL_DTYPES:
-        return False
-    for a in arrays:
-        if a.dtype != dt:
-            return False
-    return True
-
-
 def sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
     """Reduce a broadcast gradient back to ``shape`` (the adjoint of ``np.broadcast_to``).
 

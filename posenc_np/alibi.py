@@ -31,32 +31,50 @@ is shift-invariant per row, so the two give identical attention after a causal s
 Masking is the attention's job: :func:`bias` returns finite values everywhere, including
 the positive ``causal`` values at future keys.
 
-:func:`attention` is ALiBi attention built on :func:`posenc_np.attention.forward` with a
-materialised bias (the NumPy reference); :func:`attention_backward` is its gradient with
-respect to ``q``, ``k`` and ``v`` (slopes are fixed, not learned).
+:func:`attention` is ALiBi attention: the attention core with a materialised bias (the NumPy
+reference) or the fused Numba kernel (:mod:`posenc_np.kernels.alibi`), chosen by the one backend
+rule (:mod:`posenc_np._backend`); :func:`attention_backward` is its gradient with respect to
+``q``, ``k`` and ``v`` (slopes are fixed, not learned).
+
+The doors ``slopes``, ``bias``, ``attention`` check their arguments and call the cores
+:func:`geometric_slopes`, :func:`linear_bias`, :func:`attend`, which the model and hooks call.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from . import attention as _attn
-from ._checks import check_choice, check_real
-from ._attention_checks import (check_alibi_attention, check_alibi_bias, check_alibi_cache, check_bias_budget,
-                                check_num_heads, check_qk_heads, check_slopes)
-from .attention import Hook
-from .positions import _grid
+from . import attention as _attention
+from ._backend import ALIBI_NUMBA_MIN_T, choose, kernels
+from ._checks import (MAX_ALLOC_BYTES, as_float_array, check_alloc, check_bool, check_choice, check_exact_distances,
+                      check_float_dtype, check_grouped_heads, check_int, check_real, check_slopes, require)
+from .attention import Hook, check_hook_args, logit_scale
+from .positions import relative_grid
 
-__all__ = ["BACKENDS", "FORMS", "MAX_BIAS_BYTES", "ALiBiBias", "attention", "attention_backward", "bias", "slopes"]
+__all__ = ["FORMS", "MAX_BIAS_BYTES", "MAX_HEADS", "ALiBiBias", "attend", "attention", "attention_backward", "bias",
+           "geometric_slopes", "linear_bias", "slopes"]
 
 FORMS = ("causal", "symmetric", "bloom")
-BACKENDS = ("auto", "numpy", "numba")
 #: Memory budget of the materialised ALiBi bias, in bytes (1 GiB): :func:`bias` refuses a
 #: ``(heads, q_len, k_len)`` result larger than this, and the NumPy path of :func:`attention`
 #: refuses inputs whose ``(..., heads, q_len, k_len)`` scores would be larger (that path holds
 #: several arrays of that size at once, so its peak is a few times the budget). The fused
 #: kernel (``backend="numba"``) never materialises either and has no such limit.
 MAX_BIAS_BYTES = 1 << 30
+#: Largest head count: the ``(num_heads,)`` float64 slopes stay within ``MAX_ALLOC_BYTES``.
+MAX_HEADS = MAX_ALLOC_BYTES // 8
+#: dtypes the fused kernel takes (by name; bfloat16 is ``ml_dtypes.bfloat16``); the NumPy path
+#: computes in the inputs' dtype and has no bfloat16.
+_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def _check_budget(shape: tuple, dtype, what: str) -> None:
+    """A materialised bias or score array within :data:`MAX_BIAS_BYTES` (the doors of this module share it)."""
+    check_alloc(shape, dtype, what, limit=MAX_BIAS_BYTES, limit_name="MAX_BIAS_BYTES",
+                hint="use a shorter query block (query_offset), or the fused kernel (backend='numba')")
 
 
 def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
@@ -76,7 +94,7 @@ def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
     Parameters
     ----------
     num_heads : int
-        Number of heads :math:`n \ge 1`; any positive count.
+        Number of heads :math:`1 \le n \le` :data:`MAX_HEADS`; any positive count.
     max_bias : float
         :math:`b > 0`, 8 in the paper. This is MPT's ``alibi_bias_max``: MPT's
         ``gen_slopes`` computes :math:`2^{-b h/N}` for :math:`N = 2^{\lceil \log_2 n \rceil}`
@@ -90,31 +108,48 @@ def slopes(num_heads: int, *, max_bias: float = 8.0) -> np.ndarray:
     References
     ----------
     Press et al. 2022, sec. 3; ``get_slopes`` in ofirpress/attention_with_linear_biases.
+
+    Examples
+    --------
+    >>> from posenc_np import alibi
+    >>> alibi.slopes(8).tolist()          # 2**(-8 h / 8) = 1/2, 1/4, ..., 1/256
+    [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
+    >>> alibi.slopes(12).round(4).tolist()[8:]   # slopes(8), then every other slope of 16 heads
+    [0.7071, 0.3536, 0.1768, 0.0884]
+    >>> alibi.slopes(4, max_bias=4.0).tolist()   # 2**(-4 h / 4)
+    [0.5, 0.25, 0.125, 0.0625]
     """
-    return _slopes(check_num_heads(num_heads), check_real(max_bias, "max_bias", positive=True))
+    n = check_int(num_heads, "num_heads", minimum=1, maximum=MAX_HEADS)
+    max_bias = check_real(max_bias, "max_bias", positive=True)
+    return geometric_slopes(n, max_bias)
 
 
-def _slopes(n: int, b: float) -> np.ndarray:
-    # (the public name ``slopes`` is shadowed by the argument of the same name below)
+def geometric_slopes(n: int, max_bias: float = 8.0) -> np.ndarray:
+    r"""The ALiBi slopes of :func:`slopes` for ``n >= 1`` heads: :math:`2^{-bh/p}` for
+    :math:`h = 1 \dots p` then :math:`2^{-b(2j+1)/(2p)}`, :math:`p = 2^{\lfloor \log_2 n \rfloor}`.
+
+    Core of :func:`slopes`; arguments are not checked.
+
+    Examples
+    --------
+    >>> from posenc_np import alibi
+    >>> alibi.geometric_slopes(3).tolist()   # p = 2: 2**-4, 2**-8, then 2**(-8 * 1 / 4)
+    [0.0625, 0.00390625, 0.25]
+    """
     p = 1 << (n.bit_length() - 1)  # largest power of two <= n, computed without log2
     first = np.arange(1, p + 1, dtype=np.float64) / p  # exponents h / p
     extra = np.arange(1, 2 * (n - p), 2, dtype=np.float64) / (2 * p)  # (2j + 1) / (2p)
-    return np.exp2(-b * np.concatenate([first, extra]))
+    return np.exp2(-max_bias * np.concatenate([first, extra]))
 
 
-def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "causal", slopes=None,
-         q_offset: int = 0, dtype=None) -> np.ndarray:
+def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "causal", slopes: ArrayLike | None = None,
+         query_offset: int = 0, dtype: DTypeLike | None = None) -> np.ndarray:
     r"""The ALiBi bias, ``(num_heads, q_len, k_len)``, to add to the scaled logits.
 
-    Query ``i`` sits at position :math:`q = i + \text{q\_offset}`, key ``j`` at :math:`k = j`:
-
-    - ``causal``: :math:`B_{h,i,j} = -m_h (q - k)` (positive at future keys; mask them);
-    - ``symmetric``: :math:`B_{h,i,j} = -m_h |k - q|`;
-    - ``bloom``: :math:`B_{h,i,j} = m_h k` (independent of the query; equal to ``causal``
-      after a per-row softmax).
-
-    ``q_offset`` places the queries at the end of a longer key sequence, as when decoding
-    with a KV cache: ``bias(H, c, K, q_offset=K - c)`` equals the last ``c`` rows of
+    Query ``i`` sits at position :math:`q = i + \text{query\_offset}`, key ``j`` at :math:`k = j`;
+    the forms are the module docstring's table (``causal`` is positive at future keys: mask them).
+    ``query_offset`` places the queries at the end of a longer key sequence, as when decoding
+    with a KV cache: ``bias(H, c, K, query_offset=K - c)`` equals the last ``c`` rows of
     ``bias(H, K, K)``.
 
     Parameters
@@ -124,12 +159,12 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
     q_len : int
         Number of queries (>= 0).
     k_len : int, optional
-        Number of keys; default ``q_offset + q_len`` (keys up to the last query).
+        Number of keys; default ``query_offset + q_len`` (keys up to the last query).
     form : {"causal", "symmetric", "bloom"}
         Bias form, see above.
     slopes : array_like, optional
         ``(num_heads,)`` finite slopes >= 0; default :func:`slopes` ``(num_heads)``.
-    q_offset : int
+    query_offset : int
         Position of the first query (may be negative).
     dtype : floating dtype, optional
         Output dtype; default the dtype of ``slopes`` when it is a float array, else
@@ -143,23 +178,56 @@ def bias(num_heads: int, q_len: int, k_len: int | None = None, *, form: str = "c
     ------
     ValueError
         For a bias of more than :data:`MAX_BIAS_BYTES` bytes (the sizes are named), or a
-        query-key distance past 2^53 (not exact in float64, where positions are computed).
+        query-key distance that is not an exact integer in ``dtype`` (past 2^11 in float16, 2^24
+        in float32, 2^53 in float64): neighbouring positions would round to one bias value, so
+        it is refused as the kernel refuses it.
+
+    Examples
+    --------
+    >>> from posenc_np import alibi
+    >>> alibi.bias(1, 3, slopes=[0.5]).tolist()   # causal: m (k - q), positive at future keys (mask them)
+    [[[0.0, 0.5, 1.0], [-0.5, 0.0, 0.5], [-1.0, -0.5, 0.0]]]
+    >>> alibi.bias(1, 2, 3, form="bloom", slopes=[0.5]).tolist()   # m k, the same for every query
+    [[[0.0, 0.5, 1.0], [0.0, 0.5, 1.0]]]
+    >>> alibi.bias(1, 1, 4, query_offset=3, slopes=[0.5]).tolist()   # one query at position 3 (decoding)
+    [[[-1.5, -1.0, -0.5, 0.0]]]
+    >>> alibi.bias(2, 2, form="symmetric").tolist()   # -m |k - q| with the default slopes 1/16, 1/256
+    [[[0.0, -0.0625], [-0.0625, 0.0]], [[0.0, -0.00390625], [-0.00390625, 0.0]]]
     """
-    n, q_len, k_len, form, m, q_offset, dtype = check_alibi_bias(num_heads, q_len, k_len, form, FORMS, slopes, q_offset,
-                                                                 dtype, MAX_BIAS_BYTES)
-    return _bias(_slopes(n, 8.0) if m is None else m, q_len, k_len, form, q_offset, dtype)
+    n = check_int(num_heads, "num_heads", minimum=1, maximum=MAX_HEADS)
+    q_len = check_int(q_len, "q_len", minimum=0)
+    query_offset = check_int(query_offset, "query_offset")
+    k_len = check_int(query_offset + q_len if k_len is None else k_len, "k_len", minimum=0)  # (the default too)
+    form = check_choice(form, "form", FORMS)
+    m = None if slopes is None else check_slopes(slopes, n)
+    dtype = check_float_dtype(dtype) if dtype is not None else np.dtype(np.float64) if m is None else m.dtype
+    _check_budget((n, q_len, k_len), dtype, "bias (num_heads, q_len, k_len)")
+    check_exact_distances(q_len, k_len, query_offset, dtype)
+    return linear_bias(geometric_slopes(n) if m is None else m, q_len, k_len, form, query_offset, dtype)
 
 
-def _bias(m: np.ndarray, q_len: int, k_len: int, form: str, q_offset: int, dtype) -> np.ndarray:
-    r""":math:`B_{h,i,j}` for checked arguments: slopes ``m`` ``(heads,)``; with
-    :math:`r_{ij} = j - (i + \text{q\_offset})` (:mod:`posenc_np.positions`), ``causal``
-    :math:`m_h r_{ij}`, ``symmetric`` :math:`-m_h |r_{ij}|`, ``bloom`` :math:`m_h j`; computed in
-    float64, cast once."""
+def linear_bias(m: np.ndarray, q_len: int, k_len: int, form: str, query_offset: int, dtype: DTypeLike) -> np.ndarray:
+    r""":math:`B_{h,i,j}`, ``(heads, q_len, k_len)`` in ``dtype``, for slopes ``m`` ``(heads,)``: with
+    :math:`r_{ij} = j - (i + \text{query\_offset})` (:func:`posenc_np.positions.relative_grid`),
+    ``causal`` :math:`m_h r_{ij}`, ``symmetric`` :math:`-m_h |r_{ij}|`, ``bloom`` :math:`m_h j`;
+    computed in float64, cast once.
+
+    Core of :func:`bias`; arguments are not checked (every distance exact in float64).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi
+    >>> alibi.linear_bias(np.array([0.5]), 2, 3, "causal", 1, np.float64).tolist()   # queries at 1 and 2
+    [[[-0.5, 0.0, 0.5], [-1.0, -0.5, 0.0]]]
+    >>> alibi.linear_bias(np.array([0.5]), 2, 3, "symmetric", 1, np.float32).dtype
+    dtype('float32')
+    """
     m = m.astype(np.float64)[:, None, None]
     if form == "bloom":  # key position only, identical for every query row
         kpos = np.arange(k_len, dtype=np.float64)[None, :]
         return np.ascontiguousarray(np.broadcast_to(m * kpos, (m.shape[0], q_len, k_len)), dtype=dtype)
-    r = _grid(q_len, k_len, q_offset, np.float64)  # key - query, exact: distances <= 2^53
+    r = relative_grid(q_len, k_len, query_offset, np.float64)  # key - query, exact: distances <= 2^53
     out = m * r if form == "causal" else -m * np.abs(r) + 0.0  # "+ 0.0" turns the diagonal's -0.0 into 0.0
     return np.ascontiguousarray(out, dtype=dtype)
 
@@ -168,8 +236,7 @@ class ALiBiBias(Hook):
     r"""ALiBi as an attention hook: adds :func:`bias` (``form``, bottom-right aligned: query ``i``
     at ``i + k_len - q_len``) to the scaled logits; nothing is learned.
 
-    ``attention.forward(q, k, v, causal=True, hooks=[ALiBiBias(heads)])`` is the reference of
-    :func:`attention` (which uses this hook on its NumPy path, and the fused kernel otherwise).
+    ``attention.forward(q, k, v, causal=True, hooks=[ALiBiBias(heads)])`` equals :func:`attention`.
 
     Parameters
     ----------
@@ -178,111 +245,37 @@ class ALiBiBias(Hook):
         ``causal`` for a decoder (with ``causal=True``), ``symmetric`` for an encoder.
     slopes : array_like, optional
         ``(num_heads,)`` finite slopes >= 0; default :func:`slopes` ``(num_heads)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi, attention
+    >>> q, k, v = np.random.default_rng(0).standard_normal((3, 1, 2, 3, 4))
+    >>> out, _ = attention.forward(q, k, v, causal=True, hooks=[alibi.ALiBiBias(2)])
+    >>> bool(np.allclose(out, alibi.attention(q, k, v)[0]))
+    True
+    >>> alibi.ALiBiBias(1, slopes=[0.5]).logits(q[:, :1], k[:, :1], 0.5)[0].tolist()   # the bias, as alibi.bias
+    [[[0.0, 0.5, 1.0], [-0.5, 0.0, 0.5], [-1.0, -0.5, 0.0]]]
     """
 
-    def __init__(self, num_heads: int, *, form: str = "causal", slopes=None):
-        num_heads, form = check_num_heads(num_heads), check_choice(form, "form", FORMS)
-        self._set(_slopes(num_heads, 8.0) if slopes is None else check_slopes(slopes, num_heads), form)
-
-    def _set(self, slopes: np.ndarray, form: str) -> None:
-        self.num_heads, self.slopes, self.form = slopes.size, slopes, form
+    def __init__(self, num_heads: int, *, form: str = "causal", slopes: ArrayLike | None = None) -> None:
+        self.num_heads = check_int(num_heads, "num_heads", minimum=1, maximum=MAX_HEADS)
+        self.form = check_choice(form, "form", FORMS)
+        self.slopes = geometric_slopes(self.num_heads) if slopes is None else check_slopes(slopes, self.num_heads)
         self.params, self.grads = {}, {}
 
-    @classmethod
-    def _from_checked(cls, slopes: np.ndarray, form: str) -> ALiBiBias:
-        """The hook for slopes and form already checked (zero heads included)."""
-        hook = cls.__new__(cls)
-        hook._set(slopes, form)
-        return hook
-
-    def logits(self, q, k, scale, mask=None):
+    def logits(self, q: ArrayLike, k: ArrayLike, scale: float,
+               mask: ArrayLike | None = None) -> tuple[np.ndarray | None, Any]:
         """Hook: the bias ``(heads, q_len, k_len)`` in ``q``'s dtype (not multiplied by ``scale``)."""
-        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, None)
-        check_bias_budget(q.shape[:-1] + (k.shape[-2],), q.dtype, "scores (..., heads, q_len, k_len)", MAX_BIAS_BYTES)
-        return _bias(self.slopes, q.shape[-2], k.shape[-2], self.form, k.shape[-2] - q.shape[-2], q.dtype), None
+        q, k, scale, mask = check_hook_args(q, k, scale, mask, self.num_heads)
+        _check_budget(q.shape[:-1] + (k.shape[-2],), q.dtype, "scores (..., heads, q_len, k_len)")
+        return linear_bias(self.slopes, q.shape[-2], k.shape[-2], self.form, k.shape[-2] - q.shape[-2], q.dtype), None
 
 
 # --------------------------------------------------------------------------- attention
 
-#: dtypes the fused kernel takes (by name; bfloat16 is ``ml_dtypes.bfloat16``), and those of the
-#: NumPy path (which computes in the inputs' dtype). bfloat16 goes to the kernel only.
-_KERNEL_DTYPES = ("float16", "bfloat16", "float32", "float64")
-
-
-def _resolve_backend(backend, q, k) -> str:
-    """Pick the implementation for :func:`attention`; the one place that decides.
-
-    ``"numpy"``: the reference with a materialised bias (not bfloat16). ``"numba"``: the fused,
-    tiled kernel (:mod:`posenc_np.kernels.alibi`; float16, bfloat16, float32, float64; it
-    splits long key ranges over threads by itself when there are few queries, as in decoding).
-    ``"auto"``: the kernel when the dtype allows it and ``max(q_len, k_len) >=
-    ALIBI_NUMBA_MIN_T`` (measured crossover, see ``docs/benchmarks.md``), and always for
-    bfloat16; NumPy below. Numba is imported only when the kernel is chosen.
-    """
-    backend = check_choice(backend, "backend", BACKENDS)
-    bf16 = q.dtype.name == "bfloat16"
-    if backend == "numpy":
-        if bf16:
-            raise TypeError("backend='numpy' cannot compute in bfloat16 (NumPy has no bfloat16 arithmetic); use "
-                            "backend='numba' or 'auto', or cast to float32")
-        return "numpy"
-    kernel_dtype = q.dtype.name in _KERNEL_DTYPES
-    if backend == "numba":
-        if not kernel_dtype:
-            raise TypeError(f"backend='numba' needs float16, bfloat16, float32 or float64 inputs, got {q.dtype}")
-        return "numba"
-    from .kernels import ALIBI_NUMBA_MIN_T  # does not import Numba
-
-    if bf16:
-        return "numba"
-    return "numba" if kernel_dtype and max(q.shape[-2], k.shape[-2]) >= ALIBI_NUMBA_MIN_T else "numpy"
-
-
-def _forward_numpy(q, k, v, m, causal, scale, group):
-    q_len, k_len = q.shape[-2], k.shape[-2]
-    check_bias_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path",
-                      MAX_BIAS_BYTES)
-    if group > 1:  # grouped-query: each key/value head serves `group` query heads
-        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
-    hook = ALiBiBias._from_checked(m, "causal" if causal else "symmetric")
-    out, inner = _attn._forward(q, k, v, None, _attn._keep(None, causal, q_len, k_len), scale, (hook,))
-    return out, {"attention": inner, "group": group}
-
-
-def _group_sum(g, group):
-    """Sum the gradients of each group of ``group`` query heads into their key/value head."""
-    if group == 1:
-        return g
-    return g.reshape(g.shape[:-3] + (g.shape[-3] // group, group) + g.shape[-2:]).sum(axis=-3)
-
-
-def _backward_numpy(dout, inner):
-    grads = _attn.backward(dout, inner["attention"])
-    return {"q": grads["q"], "k": _group_sum(grads["k"], inner["group"]), "v": _group_sum(grads["v"], inner["group"])}
-
-
-def _forward_numba(q, k, v, m, causal, scale, group):
-    from .kernels.alibi import alibi_attention_forward
-
-    # q_offset=None is the same bottom-right alignment as the NumPy path.
-    out, lse = alibi_attention_forward(q, k, v, m, causal=causal, scale=scale)
-    return out, {"q": q, "k": k, "v": v, "out": out, "lse": lse, "slopes": m, "causal": causal, "scale": scale}
-
-
-def _backward_numba(dout, inner):
-    from .kernels.alibi import alibi_attention_backward
-
-    dq, dk, dv = alibi_attention_backward(dout, inner["q"], inner["k"], inner["v"], inner["out"], inner["lse"],
-                                          inner["slopes"], causal=inner["causal"], scale=inner["scale"])
-    return {"q": dq, "k": dk, "v": dv}
-
-
-#: Forward/backward implementations by resolved backend name.
-_FORWARD = {"numpy": _forward_numpy, "numba": _forward_numba}
-_BACKWARD = {"numpy": _backward_numpy, "numba": _backward_numba}
-
-
-def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend: str = "auto"):
+def attention(q: ArrayLike, k: ArrayLike, v: ArrayLike, *, slopes: ArrayLike | None = None, causal: bool = True,
+              scale: float | None = None, backend: str = "auto") -> tuple[np.ndarray, dict]:
     r"""Attention with ALiBi, forward: returns ``(out, cache)``.
 
     .. math::
@@ -309,40 +302,119 @@ def attention(q, k, v, *, slopes=None, causal: bool = True, scale=None, backend:
     scale : float, optional
         Logit scale, default :math:`1/\sqrt{d}`; the bias is added after it.
     backend : {"auto", "numpy", "numba"}
-        ``"numpy"`` is the reference with a materialised ``(heads, q_len, k_len)`` bias;
-        ``"numba"`` the fused kernel (online softmax, never materialises the bias or the
-        scores; float16/bfloat16/float32/float64; long key ranges with few queries are split
-        over threads and combined exactly); ``"auto"`` the kernel from
-        ``posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T`` positions up (and for bfloat16), NumPy below.
+        ``"numpy"``: the reference, with a materialised bias; ``"numba"``: the fused kernel
+        (:mod:`posenc_np.kernels.alibi`, never materialises bias or scores); ``"auto"``: the
+        kernel from ``posenc_np._backend.ALIBI_NUMBA_MIN_T`` positions up and for bfloat16.
 
     Returns
     -------
     out : ndarray ``(..., heads, q_len, d_v)``
     cache : dict
         For :func:`attention_backward`; ``cache["backend"]`` names the implementation used.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi, attention
+    >>> q, k, v = np.random.default_rng(0).standard_normal((3, 1, 2, 3, 4))   # (batch, heads, len, d)
+    >>> out, cache = alibi.attention(q, k, v)
+    >>> out.shape, cache["backend"]   # 3 positions: the NumPy reference
+    ((1, 2, 3, 4), 'numpy')
+    >>> bool(np.allclose(out, attention.forward(q, k, v, bias=alibi.bias(2, 3), causal=True)[0]))
+    True
     """
-    q, k, v, group, m, causal, scale = check_alibi_attention(q, k, v, slopes, causal, scale)
-    heads = q.shape[-3]
+    bf16 = [isinstance(a, np.ndarray) and a.dtype.name == "bfloat16" for a in (q, k, v)]
+    require(all(bf16) or not any(bf16), "q, k, v must all be bfloat16 when one is, got "
+            f"{', '.join(str(np.asarray(a).dtype) for a in (q, k, v))}", TypeError)
+    if not any(bf16):
+        q = as_float_array(q, "q", ndim_min=3)
+        k = as_float_array(k, "k", ndim_min=3)
+        v = as_float_array(v, "v", ndim_min=3)
+        q, k, v = (a.astype(np.result_type(q, k, v), copy=False) for a in (q, k, v))
+    group = check_grouped_heads(q, k, v)
+    m = None if slopes is None else check_slopes(slopes, q.shape[-3])
+    causal = check_bool(causal, "causal")
+    scale = logit_scale(scale, q.shape[-1])
+    check_exact_distances(q.shape[-2], k.shape[-2], k.shape[-2] - q.shape[-2],
+                          np.float64 if q.dtype == np.float64 else np.float32)
     if m is None:  # (no heads, a zero-size axis: nothing to bias)
-        m = _slopes(heads, 8.0) if heads else np.zeros(0)
-    return _attention(q, k, v, m, causal, scale, backend, group)
+        m = geometric_slopes(q.shape[-3]) if q.shape[-3] else np.zeros(0)
+    return attend(q, k, v, m, causal, scale, backend, group)
 
 
-def _attention(q, k, v, m: np.ndarray, causal: bool, scale: float, backend: str, group: int = 1):
-    """The body of :func:`attention` for checked arguments (slopes ``m``, ``group`` query heads per
-    key/value head)."""
-    resolved = _resolve_backend(backend, q, k)
-    out, inner = _FORWARD[resolved](q, k, v, m, causal, scale, group)
-    return out, {"backend": resolved, "inner": inner}
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarray, causal: bool, scale: float, backend: str,
+           group: int = 1) -> tuple[np.ndarray, dict]:
+    r"""ALiBi attention ``(out, cache)``: the fused kernel or the attention core with a materialised bias.
+
+    Core of :func:`attention`; arguments are not checked (``q``, ``k``, ``v`` in one dtype with
+    ``group`` query heads per key/value head, ``slopes`` of the query heads). ``backend`` is
+    resolved by :func:`posenc_np._backend.choose`: the kernel takes float16/bfloat16/float32/float64
+    and wins from ``max(q_len, k_len) >= ALIBI_NUMBA_MIN_T`` (bfloat16 always goes to it); the NumPy
+    path refuses scores past :data:`MAX_BIAS_BYTES`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi
+    >>> q, k, v = np.random.default_rng(0).standard_normal((3, 1, 2, 3, 4))
+    >>> out, cache = alibi.attend(q, k, v, alibi.slopes(2), True, 0.5, "numpy")
+    >>> bool(np.allclose(out, alibi.attention(q, k, v)[0])), cache["backend"]   # attention's core
+    (True, 'numpy')
+    """
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    bf16 = q.dtype.name == "bfloat16"
+    impl = choose(backend, kernel_takes=q.dtype.name in _KERNEL_DTYPES,
+                  large=bf16 or max(q_len, k_len) >= ALIBI_NUMBA_MIN_T,
+                  kernel_needs=f"float16, bfloat16, float32 or float64 inputs, got {q.dtype}", numpy_takes=not bf16,
+                  numpy_needs="cannot compute in bfloat16 (NumPy has no bfloat16 arithmetic); use backend='numba' "
+                              "or 'auto', or cast to float32")
+    if impl == "numba":  # the same bottom-right alignment as the NumPy path
+        out, lse = kernels("alibi").fused_forward(q, k, v, slopes, causal, scale, k_len - q_len)
+        return out, {"backend": impl, "inner": {"q": q, "k": k, "v": v, "out": out, "lse": lse, "slopes": slopes,
+                                                "causal": causal, "scale": scale}}
+    _check_budget(q.shape[:-1] + (k_len,), q.dtype, "scores (..., heads, q_len, k_len) of the NumPy path")
+    if group > 1:  # grouped-query: each key/value head serves `group` query heads
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    b = linear_bias(slopes, q_len, k_len, "causal" if causal else "symmetric", k_len - q_len, q.dtype)
+    out, inner = _attention.attend(q, k, v, b, _attention.applied_mask(None, causal, q_len, k_len), scale, ())
+    return out, {"backend": impl, "inner": {"attention": inner, "group": group}}
 
 
-def attention_backward(dout, cache) -> dict:
+def _group_sum(g: np.ndarray, group: int) -> np.ndarray:
+    """Sum the gradients of each group of ``group`` query heads into their key/value head."""
+    if group == 1:
+        return g
+    return g.reshape(g.shape[:-3] + (g.shape[-3] // group, group) + g.shape[-2:]).sum(axis=-3)
+
+
+def attention_backward(dout: ArrayLike, cache: dict) -> dict:
     r"""Gradient of :func:`attention`: ``{"q", "k", "v"}``.
 
     The bias is constant (slopes are not learned), so the gradient is that of plain
     attention: :math:`dV = P^\top G`, :math:`dS = P \odot (G V^\top - \mathrm{rowsum}(\cdot))`,
     :math:`dQ = s\,dS\,K`, :math:`dK = s\,dS^\top Q` (see :func:`posenc_np.attention.backward`).
-    Dispatches on ``cache["backend"]``.
+    Dispatches on ``cache["backend"]`` to :func:`posenc_np.attention.backward` or the kernel's
+    :func:`posenc_np.kernels.alibi.alibi_attention_backward`, which check ``dout``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi
+    >>> q, k, v, w, d = np.random.default_rng(0).standard_normal((5, 1, 2, 3, 4))
+    >>> loss = lambda q: float((alibi.attention(q, k, v)[0] * w).sum())   # L = sum(w * out)
+    >>> dq = alibi.attention_backward(w, alibi.attention(q, k, v)[1])["q"]
+    >>> bool(np.isclose((loss(q + 1e-6 * d) - loss(q - 1e-6 * d)) / 2e-6, (dq * d).sum()))   # along direction d
+    True
     """
-    backend, inner = check_alibi_cache(cache, _BACKWARD)
-    return _BACKWARD[backend](dout, inner)
+    require(isinstance(cache, dict) and {"backend", "inner"} <= cache.keys() and isinstance(cache["inner"], dict),
+            "cache must be the dict returned by posenc_np.alibi.attention", TypeError)
+    require(cache["backend"] in ("numpy", "numba"), f"cache was produced by backend {cache['backend']!r}, which has "
+            "no backward here (known: 'numba', 'numpy')")
+    inner = cache["inner"]
+    if cache["backend"] == "numba":
+        dq, dk, dv = kernels("alibi").alibi_attention_backward(
+            dout, inner["q"], inner["k"], inner["v"], inner["out"], inner["lse"], inner["slopes"],
+            causal=inner["causal"], scale=inner["scale"])
+        return {"q": dq, "k": dk, "v": dv}
+    grads = _attention.backward(dout, inner["attention"])
+    return {"q": grads["q"], "k": _group_sum(grads["k"], inner["group"]), "v": _group_sum(grads["v"], inner["group"])}

@@ -2,18 +2,22 @@
 
 Subcommands::
 
-    posenc-np golden generate --out DIR [--force | --update] [--format json|npz|both] [--only NAME ...]
-                              [--hf-config config.json] [--jobs N]
-    posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json]
-    posenc-np golden list [--only NAME ...] [--hf-config config.json]
-    posenc-np study extrapolation --out DIR [--quick | --full] [--seeds K] [--parts P,...] [--jobs N | --dask-workers N |
-                                  --scheduler ADDRESS] [--publish DOCS_DIR]
+    posenc-np golden generate --out DIR [--suite v2|v3] [--force | --update] [--format json|npz|both]
+                              [--only NAME ...] [--hf-config config.json [--max-position P]] [--jobs N] [--no-progress]
+    posenc-np golden verify DIR [--oracle] [--allow-unknown] [--hf-config config.json [--max-position P]]
+    posenc-np golden list [--suite v2|v3] [--only NAME ...] [--hf-config config.json [--max-position P]]
+    posenc-np golden audit [--suite v2|v3]
+    posenc-np study extrapolation --out DIR [options: see posenc_np.study.cli]
     posenc-np study report DIR [--publish DOCS_DIR]
     posenc-np precision (--hf-config CONFIG_JSON | --head-dim N ...) --dtype D --max-position P --out DIR
+                        [--no-progress]
 
-Errors in arguments, paths or the environment print one ``posenc-np: error: ...`` line on
-stderr and exit with status 2; a closed output pipe (``posenc-np golden list | head``) ends
-the program quietly with status 141, as a Unix tool killed by SIGPIPE would.
+Progress goes to stderr, and only when stderr is a terminal; ``--no-progress`` turns it off
+there too (one spelling in every subcommand). Errors in arguments, paths or the environment
+print one ``posenc-np: error: ...`` line on stderr and exit with status 2, and so does an
+output that cannot be written: standard output closed (``>&-``, refused before any work) or
+refusing writes (``>/dev/full``). A reader that goes away (``posenc-np golden list | head``)
+ends the program quietly with status 141, as a Unix tool killed by SIGPIPE would.
 """
 
 from __future__ import annotations
@@ -30,16 +34,19 @@ from .golden.safe_io import printable as _printable
 def _model_specs(args):
     """The cases of ``--hf-config`` (a model's positional setup), or None for the library's catalogue."""
     if args.hf_config is None:
+        if args.max_position is not None:
+            raise ValueError("--max-position needs --hf-config (the catalogue's positions are fixed)")
         return None
     from .golden import model_cases
     from .hf_config import read_hf_config
 
-    return model_cases.cases_for(read_hf_config(args.hf_config))
+    return model_cases.cases_for(read_hf_config(args.hf_config, max_position=args.max_position))
 
 
-def _progress(total: int, quiet: bool):
-    """A per-case progress callback and its closer: a tqdm bar when tqdm is installed, else one line per case."""
-    if quiet:
+def _progress(total: int, enabled: bool):
+    """A per-case progress callback and its closer, shown only when stderr is a terminal (a log gets
+    none): a tqdm bar when tqdm is installed, else one line per case."""
+    if not (enabled and sys.stderr is not None and sys.stderr.isatty()):
         return None, lambda: None
     try:
         from tqdm import tqdm
@@ -55,11 +62,11 @@ def _golden_generate(args) -> int:
     formats = ("json", "npz") if args.format == "both" else (args.format,)
     mode = "force" if args.force else "update" if args.update else "new"
     specs = _model_specs(args)
-    total = len(catalogue.select(catalogue.cases() if specs is None else specs, args.only))
-    progress, close = _progress(total, args.quiet)
+    total = len(catalogue.select(catalogue.cases(suite=args.suite) if specs is None else specs, args.only))
+    progress, close = _progress(total, not args.no_progress)
     try:
         rows = runner.generate(args.out, formats=formats, only=args.only, mode=mode, progress=progress, specs=specs,
-                               jobs=args.jobs)
+                               jobs=args.jobs, suite=args.suite)
     finally:
         close()
     print(f"wrote {len(rows)} cases ({', '.join(formats)}) to {_printable(args.out)}; library float64 vs oracle:")
@@ -90,12 +97,26 @@ def _golden_list(args) -> int:
     from .golden import catalogue
 
     specs = _model_specs(args)
-    specs = catalogue.select(catalogue.cases() if specs is None else specs, args.only)
+    specs = catalogue.select(catalogue.cases(suite=args.suite) if specs is None else specs, args.only)
     width = max(len(s.name) for s in specs)
     for s in specs:
         print(f"{s.name:<{width}}  {s.encoding:<16}  {s.description}")
     print(f"{len(specs)} cases")
     return 0
+
+
+def _golden_audit(args) -> int:
+    from .golden import audit
+
+    caught = audit.audit(suite=args.suite)
+    print(audit.format_audit(caught))
+    return 0 if all(len(v) >= audit.MIN_CATCHES for v in caught.values()) else 1
+
+
+def _suite(text: str) -> int:
+    if text not in ("v2", "v3"):
+        raise argparse.ArgumentTypeError(f"must be v2 or v3, got {text!r}")
+    return int(text[1])
 
 
 def _jobs(text: str) -> int:
@@ -106,18 +127,6 @@ def _jobs(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
-
-
-def _study(args) -> int:
-    from .study import run_extrapolation_cli
-
-    return run_extrapolation_cli(args)
-
-
-def _study_report(args) -> int:
-    from .study import report_cli
-
-    return report_cli(args)
 
 
 def _precision(args) -> int:
@@ -155,8 +164,16 @@ def _add_precision_parser(sub) -> None:
     prec.set_defaults(func=_precision)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one ``posenc-np <command>: error: ...`` line, status 2 (``--help`` shows the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="posenc-np", description=__doc__.split("\n")[0])
+    """The ``posenc-np`` argument parser with every subcommand."""
+    parser = _Parser(prog="posenc-np", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"posenc-np {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -170,16 +187,20 @@ def build_parser() -> argparse.ArgumentParser:
                                       "Refuses a non-empty --out unless --force or --update.")
     gen.add_argument("--out", required=True,
                      help="output directory: created if missing; must be empty unless --force or --update")
+    suite = {"type": _suite, "default": 3, "metavar": "v2|v3",
+             "help": "suite version (its catalogue): v3 (default) or v2 (vectors/v2); verify reads it from the files"}
+    gen.add_argument("--suite", **suite)
     mode = gen.add_mutually_exclusive_group()
     mode.add_argument("--force", action="store_true",
                       help="replace the suite in --out (only a suite written by posenc-np: its index.json "
                            "and nothing but the files it lists)")
     mode.add_argument("--update", action="store_true",
-                      help="add or replace the selected cases in the version-2 suite in --out, keep the others "
+                      help="add or replace the selected cases in the --suite version suite in --out, keep the others "
                            "(also finishes cases an interrupted run left pending)")
     gen.add_argument("--format", choices=("json", "npz", "both"), default="both", help="file format(s)")
     gen.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns (e.g. 'rope.*')")
-    gen.add_argument("--quiet", action="store_true", help="do not show progress")
+    gen.add_argument("--no-progress", action="store_true",
+                     help="no progress on stderr (shown only when stderr is a terminal anyway)")
     gen.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                      help="processes evaluating the oracle (default: the number of CPUs); the files do not "
                           "depend on it")
@@ -188,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "scaling, ALiBi, T5 or DeBERTa buckets) instead of the library's catalogue, with "
                           "positions reaching the model's context; verify them with the same --hf-config")
     gen.set_defaults(func=_golden_generate)
+    max_position = {"type": _jobs, "metavar": "P", "help": "with --hf-config: the largest position the cases reach "
+                    "(default: the config's context); give verify the same"}
+    gen.add_argument("--max-position", **max_position)
     ver = gsub.add_parser("verify", help="check a suite against the catalogue and the library",
                           description="Check DIR: index.json lists exactly the files present with their SHA-256 "
                                       "(and SHA256SUMS agrees), every file follows the format within its limits, "
@@ -203,67 +227,72 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--hf-config", metavar="CONFIG_JSON",
                      help="trust the cases of this config.json (for a suite written by generate --hf-config): "
                           "their parameters and tolerances come from the config, not from the files")
+    ver.add_argument("--max-position", **max_position)
     ver.set_defaults(func=_golden_verify)
     lst = gsub.add_parser("list", help="list the cases in the catalogue",
                           description="List catalogue case names, encodings and descriptions.")
     lst.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns")
+    lst.add_argument("--suite", **suite)
     lst.add_argument("--hf-config", metavar="CONFIG_JSON", help="list the cases of this config.json instead")
+    lst.add_argument("--max-position", **max_position)
     lst.set_defaults(func=_golden_list)
+    aud = gsub.add_parser("audit", help="perturb every case parameter and count the cases that catch it",
+                          description="Perturb each parameter of each catalogue case and count the cases whose "
+                                      "expected values the library then misses; exit status 1 if one is caught by "
+                                      "fewer than two cases.")
+    aud.add_argument("--suite", **suite)
+    aud.set_defaults(func=_golden_audit)
 
-    study = sub.add_parser("study", help="experiments with trained models",
-                           description="Train small NumPy transformers and compare position encodings.")
-    ssub = study.add_subparsers(dest="study_command", required=True)
-    ext = ssub.add_parser("extrapolation", help="run (or resume) the length-extrapolation study",
-                          description="Train small models per encoding at length L (synthetic tasks, a byte-level "
-                                      "LM, RoPE scaling), several seeds per cell, and measure them past L. Each cell "
-                                      "is stored as it finishes; rerunning with the same --out resumes.")
-    ext.add_argument("--out", required=True, help="output directory (results.json, results.md, figures, cells/)")
-    size = ext.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="reduced study (under a minute; what the tests run)")
-    size.add_argument("--full", action="store_true",
-                      help="larger study: a third task (reverse) and twice the training (about 80 min on 2 cores)")
-    ext.add_argument("--seed", type=int, default=0, help="base random seed")
-    ext.add_argument("--seeds", type=int, help="seeds per cell (default 3; 2 with --quick)")
-    ext.add_argument("--parts", help="comma-separated subset of tasks,lm,rope_scaling (default: all)")
-    where = ext.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=int, help="local worker processes (default 2; 1 runs in this process)")
-    where.add_argument("--dask-workers", type=int, metavar="N",
-                       help="run on a local Dask cluster of N single-threaded workers (extra 'dask')")
-    where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="run on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (workers: --nthreads 1)")
-    ext.add_argument("--publish", metavar="DOCS_DIR",
-                     help="afterwards copy the results into DOCS_DIR/study_results and fill DOCS_DIR/study.md")
-    ext.add_argument("--no-progress", action="store_true", help="do not show progress")
-    ext.set_defaults(func=_study)
-    rep = ssub.add_parser("report", help="regenerate a study's tables and figures from its results.json",
-                          description="Write results.md and the figures of a finished study from DIR/results.json.")
-    rep.add_argument("dir", metavar="DIR", help="the study's output directory")
-    rep.add_argument("--publish", metavar="DOCS_DIR",
-                     help="also copy the results into DOCS_DIR/study_results and fill DOCS_DIR/study.md")
-    rep.set_defaults(func=_study_report)
+    from .study.cli import add_parser as _add_study_parser  # the study's options live with the study
 
+    _add_study_parser(sub)
     _add_precision_parser(sub)
     return parser
 
 
 def main(argv=None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 a check failed, 2 an error)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    if sys.stdout is None:  # started with stdout closed (``>&-``): the results could not be reported
+        return _error("standard output is closed, so nothing could be reported; redirect it instead "
+                      "(e.g. >/dev/null)")
     try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit:  # --help or --version printed, or a usage error on stderr
+            sys.stdout.flush()
+            raise
         status = args.func(args)
-        sys.stdout.flush()  # a closed pipe shows up here, inside the handler below
+        sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the handlers below
         return status
     except BrokenPipeError:
         # the reader went away (``| head``): stop quietly, and keep the interpreter's final
         # flush from reporting the same broken pipe
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         return 128 + signal.SIGINT
-    except (ValueError, OSError) as exc:
-        print(f"posenc-np: error: {_printable(exc)}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError, OSError) as exc:  # the library refuses bad input with these
+        try:
+            sys.stdout.flush()  # what the command printed before the error, if stdout takes it
+        except OSError as write_error:
+            _discard_stdout()
+            exc = f"cannot write the output: {write_error.strerror or write_error}"
+        return _error(exc)
+
+
+def _error(message) -> int:
+    """Print ``posenc-np: error: <message>`` on stderr (if it is open); return exit status 2."""
+    if sys.stderr is not None:
+        print(f"posenc-np: error: {_printable(message)}", file=sys.stderr)
+    return 2
+
+
+def _discard_stdout() -> None:
+    """Point stdout's descriptor at /dev/null, so that the output still buffered (which cannot be
+    written) does not make the interpreter's final flush fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

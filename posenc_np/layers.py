@@ -14,6 +14,10 @@ and the backward of each layer sit next to each other, with the formula in the d
 cross-entropy       ``softmax_cross_entropy(logits, targets)`` / ``..._backward(cache)``
 ==================  =====================================================================
 
+Each formula is a plain NumPy function (``layer_norm``, ``gelu_with_slope``, ``cross_entropy_rows``,
+...) that its layer calls; :mod:`posenc_np.fused` computes the same functions with fused Numba
+kernels, for the model and its training.
+
 Parameters are created in the requested ``dtype`` (float32 for training, float64 for
 gradient checks); initialisation draws from a ``numpy.random.Generator`` (or a seed) passed
 in, never from NumPy's global state.
@@ -26,43 +30,43 @@ forward and its backward.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ._checks import as_float_array, as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
-from ._util import kernel_dtype, normal_init, scatter_add_rows
+from ._checks import (as_float_array, as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real,
+                      require)
+from ._util import normal_init, scatter_add_rows
 
 __all__ = [
     "GELU",
     "Embedding",
     "LayerNorm",
     "Linear",
+    "check_cross_entropy",
+    "cross_entropy_loss",
+    "cross_entropy_rows",
     "gelu",
     "gelu_backward",
+    "gelu_with_slope",
+    "layer_norm",
+    "layer_norm_backward",
     "softmax_cross_entropy",
     "softmax_cross_entropy_backward",
 ]
 
 GELU_APPROXIMATIONS = ("tanh", "none")
-LAYER_BACKENDS = ("auto", "numpy", "numba")
-
-
-@functools.cache
-def _kernels():
-    """:mod:`posenc_np.kernels.layers`, imported on first use (`import posenc_np.layers` stays
-    free of Numba) and then remembered: a function-level import costs ~0.8 us a call, and a
-    training step makes ~100 of them."""
-    from .kernels import layers
-
-    return layers
 
 
 def _rng(rng) -> np.random.Generator:
     """A Generator from a Generator, an int seed or None (fresh entropy)."""
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
 
+
+# The checks that run on every forward and backward of a layer (about a hundred a training step)
+# test first and format their message only when they fail: a ``require(ok, f"...")`` formats it
+# on every call, which cost ~4 % of a step.
 
 def _need_forward(cache, name):
     if cache is None:
@@ -101,6 +105,17 @@ class Linear:
     :math:`\partial L/\partial x = G W^\top`.
 
     Initialisation: :math:`W \sim \mathcal N(0, \mathrm{std}^2)` (GPT-2 uses 0.02), :math:`b = 0`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import Linear
+    >>> lin = Linear(2, 3, rng=0, dtype=np.float64)
+    >>> lin.params["weight"][...] = [[1.0, 0.0, 2.0], [0.0, 1.0, 3.0]]
+    >>> lin.forward(np.array([[1.0, 2.0]])).tolist()                 # x W + b, b = 0 at init
+    [[1.0, 2.0, 8.0]]
+    >>> lin.backward(np.ones((1, 3))).tolist(), lin.grads["weight"].tolist()   # G W^T and X^T G
+    ([[3.0, 4.0]], [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
     """
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True, rng=None,
@@ -117,7 +132,7 @@ class Linear:
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
         self._x = None
 
-    def forward(self, x) -> np.ndarray:
+    def forward(self, x: ArrayLike) -> np.ndarray:
         x = np.asarray(x)
         if x.shape[-1:] != (self.in_features,):
             raise ValueError(f"Linear.forward: x must end with {self.in_features} features, got shape {x.shape}")
@@ -129,7 +144,7 @@ class Linear:
             y += self.params["bias"]
         return y
 
-    def backward(self, dy) -> np.ndarray:
+    def backward(self, dy: ArrayLike) -> np.ndarray:
         _need_forward(self._x, "Linear")
         x = self._x
         dy = _check_dy(dy, x.shape[:-1] + (self.out_features,), "Linear")
@@ -143,8 +158,65 @@ class Linear:
 
 # --------------------------------------------------------------------------- LayerNorm
 
+def layer_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+               eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""LayerNorm over the last axis: ``(y, xhat, rstd)``. Core of :class:`LayerNorm`; arguments are not checked.
+
+    :math:`\hat x = (x - \mu)\,r`, :math:`r = (\sigma^2 + \epsilon)^{-1/2}` (biased variance),
+    :math:`y = \gamma \odot \hat x + \beta`; ``x`` is ``(..., d)``, ``gamma`` and ``beta`` ``(d,)``,
+    ``rstd`` is :math:`r` of shape ``(..., 1)``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import layer_norm
+    >>> y, xhat, rstd = layer_norm(np.array([[1.0, 3.0]]), np.array([2.0, 2.0]), np.array([0.5, 0.5]), 0.0)
+    >>> xhat.tolist(), y.tolist(), rstd.tolist()     # mean 2, variance 1: r = 1; y = 2 xhat + 0.5
+    ([[-1.0, 1.0]], [[-1.5, 2.5]], [[1.0]])
+    """
+    xc = x - _mean_last(x)
+    rstd = _mean_last(xc * xc)
+    rstd += eps
+    np.sqrt(rstd, out=rstd)
+    np.reciprocal(rstd, out=rstd)  # r = (var + eps)^(-1/2)
+    xhat = xc
+    xhat *= rstd  # in place: xc is not needed any more
+    y = xhat * gamma
+    y += beta
+    return y, xhat, rstd
+
+
+def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray,
+                        gamma: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""Backward of :func:`layer_norm`: ``(dx, dgamma, dbeta)``. Arguments are not checked.
+
+    With :math:`g = \gamma \odot \partial L/\partial y` and means over the last axis:
+    :math:`\partial L/\partial x = r\,(g - \overline{g} - \hat x\,\overline{g \odot \hat x})`,
+    :math:`\partial L/\partial\gamma = \sum \partial L/\partial y \odot \hat x`,
+    :math:`\partial L/\partial\beta = \sum \partial L/\partial y`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import layer_norm, layer_norm_backward
+    >>> gamma = np.ones(3)
+    >>> y, xhat, rstd = layer_norm(np.array([[1.0, 2.0, 3.0]]), gamma, np.zeros(3), 0.0)
+    >>> dx, dgamma, dbeta = layer_norm_backward(np.array([[1.0, 0.0, 0.0]]), xhat, rstd, gamma)
+    >>> dx.round(6).tolist(), dbeta.tolist()   # r = sqrt(3/2), xhat = r (-1, 0, 1): dx = r (1/6, -1/3, 1/6)
+    ([[0.204124, -0.408248, 0.204124]], [1.0, 0.0, 0.0])
+    """
+    dy_xhat = dy * xhat
+    # g = gamma * dy;  dx = r (g - mean(g) - xhat mean(g xhat)), with g xhat = gamma * dy_xhat
+    g = dy * gamma
+    dx = xhat * _mean_last(dy_xhat * gamma)
+    dx += _mean_last(g)
+    np.subtract(g, dx, out=dx)
+    dx *= rstd
+    return dx, _sum_rows(dy_xhat), _sum_rows(dy)
+
+
 class LayerNorm:
-    r"""Layer normalisation over the last axis (Ba et al. 2016).
+    r"""Layer normalisation over the last axis (Ba et al. 2016): :func:`layer_norm`, :func:`layer_norm_backward`.
 
     Forward: :math:`\hat x = (x - \mu)\,r`, :math:`r = (\sigma^2 + \epsilon)^{-1/2}` with the
     biased variance, :math:`y = \gamma \odot \hat x + \beta`.
@@ -154,63 +226,42 @@ class LayerNorm:
     :math:`\partial L/\partial\gamma = \sum \partial L/\partial y \odot \hat x`,
     :math:`\partial L/\partial\beta = \sum \partial L/\partial y`.
 
-    ``backend``: ``"numpy"`` runs the NumPy code below; ``"numba"`` and ``"auto"`` run the
-    fused kernels :func:`posenc_np.kernels.layers.layer_norm_forward` / ``_backward`` (one pass
-    per row, statistics in float64; 2.5-5x faster at training sizes) when ``x``, ``dy`` and the
-    parameters share the dtype float32 or float64, and the NumPy code otherwise.
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import LayerNorm
+    >>> ln = LayerNorm(2, dtype=np.float64)
+    >>> ln.forward(np.array([[1.0, 3.0]])).round(4).tolist()     # (x - 2) / sqrt(1 + 1e-5), gamma = 1, beta = 0
+    [[-1.0, 1.0]]
+    >>> dx = ln.backward(np.array([[1.0, 0.0]]))
+    >>> ln.grads["gamma"].round(6).tolist(), ln.grads["beta"].tolist()   # sum dy xhat, sum dy
+    ([-0.999995, 0.0], [1.0, 0.0])
     """
 
-    def __init__(self, dim: int, *, eps: float = 1e-5, dtype=np.float32, backend: str = "auto"):
+    #: The formula, forward and backward (:class:`posenc_np.fused.FusedLayerNorm` computes it with a fused kernel).
+    layer_norm, layer_norm_backward = staticmethod(layer_norm), staticmethod(layer_norm_backward)
+
+    def __init__(self, dim: int, *, eps: float = 1e-5, dtype=np.float32):
         self.dim = check_int(dim, "dim", minimum=1)
         self.eps = check_real(eps, "eps", positive=True)
-        self.backend = check_choice(backend, "backend", LAYER_BACKENDS)
         dtype = check_float_dtype(dtype)
         check_alloc((self.dim,), dtype, "LayerNorm gain (dim,)")
         self.params = {"gamma": np.ones(self.dim, dtype=dtype), "beta": np.zeros(self.dim, dtype=dtype)}
         self.grads = {k: np.zeros_like(v) for k, v in self.params.items()}
         self._cache = None
 
-    def forward(self, x) -> np.ndarray:
+    def forward(self, x: ArrayLike) -> np.ndarray:
         x = np.asarray(x)
         if x.shape[-1:] != (self.dim,):
             raise ValueError(f"LayerNorm.forward: x must end with {self.dim} features, got shape {x.shape}")
-        gamma, beta = self.params["gamma"], self.params["beta"]
-        if self.backend != "numpy" and kernel_dtype(x, gamma, beta):
-            y, xhat, rstd = _kernels().layer_norm_forward(x, gamma, beta, self.eps, check=False)
-            self._cache = (xhat, rstd)  # rstd: float64, x.shape[:-1]
-            return y
-        xc = x - _mean_last(x)
-        rstd = _mean_last(xc * xc)
-        rstd += self.eps
-        np.sqrt(rstd, out=rstd)
-        np.reciprocal(rstd, out=rstd)  # r = (var + eps)^(-1/2)
-        xhat = xc
-        xhat *= rstd  # in place: xc is not needed any more
-        self._cache = (xhat, rstd)
-        y = xhat * self.params["gamma"]
-        y += self.params["beta"]
+        y, *self._cache = self.layer_norm(x, self.params["gamma"], self.params["beta"], self.eps)
         return y
 
-    def backward(self, dy) -> np.ndarray:
+    def backward(self, dy: ArrayLike) -> np.ndarray:
         _need_forward(self._cache, "LayerNorm")
         xhat, rstd = self._cache
         dy = _check_dy(dy, xhat.shape, "LayerNorm")
-        gamma = self.params["gamma"]
-        if rstd.ndim < xhat.ndim:  # the kernel's forward
-            if kernel_dtype(dy, xhat, gamma):
-                kernels = _kernels()
-                dx, self.grads["gamma"], self.grads["beta"] = kernels.layer_norm_backward(dy, xhat, rstd, gamma, check=False)
-                return dx
-            rstd = rstd.astype(xhat.dtype)[..., None]
-        dy_xhat = dy * xhat
-        self.grads["gamma"] = _sum_rows(dy_xhat)
-        self.grads["beta"] = _sum_rows(dy)
-        # g = gamma * dy;  dx = r (g - mean(g) - xhat mean(g xhat)), with g xhat = gamma * dy_xhat
-        g = dy * gamma
-        dx = xhat * _mean_last(dy_xhat * gamma)
-        dx += _mean_last(g)
-        np.subtract(g, dx, out=dx)
-        dx *= rstd
+        dx, self.grads["gamma"], self.grads["beta"] = self.layer_norm_backward(dy, xhat, rstd, self.params["gamma"])
         return dx
 
 
@@ -227,7 +278,7 @@ _GELU_C = 0.044715
 GELU_CLIP = 40.0
 
 
-def _gelu_cdf(x: np.ndarray, approximate: str):
+def _gelu_gate(x: np.ndarray, approximate: str):
     r"""The gate :math:`\Phi(x)` and its derivative :math:`\Phi'(x)`, shared by forward and backward.
 
     ``"none"``: the standard normal CDF :math:`\Phi(x) = \tfrac12(1 + \mathrm{erf}(x/\sqrt2))`,
@@ -266,10 +317,25 @@ def _gelu_cdf(x: np.ndarray, approximate: str):
     return cdf, dcdf
 
 
-def _gelu(x: np.ndarray, approximate: str):
-    """``(y, dy/dx)`` of GELU for a float array ``x`` (see :data:`GELU_CLIP` for +-inf and huge inputs)."""
+def gelu_with_slope(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
+    r"""GELU and its derivative, ``(y, dy/dx)`` with :math:`y = x\,\Phi(x)`, :math:`dy/dx = \Phi(x) + x\,\Phi'(x)`.
+
+    Core of :func:`gelu`, :func:`gelu_backward` and :class:`GELU`; arguments are not checked. ``x``
+    is a float array; see :func:`_gelu_gate` for ``approximate`` and :data:`GELU_CLIP` for +-inf
+    and huge inputs.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import gelu_with_slope
+    >>> y, dydx = gelu_with_slope(np.array([0.0, 1.0]), "none")
+    >>> y.round(6).tolist(), dydx.round(6).tolist()   # Phi(1) = 0.841345; Phi(1) + phi(1) = 0.841345 + 0.241971
+    ([0.0, 0.841345], [0.5, 1.083315])
+    """
+    if np.ndim(x) == 0:  # 0-d results are NumPy scalars, which take no out=: compute on a (1,) view
+        return tuple(a.reshape(()) for a in gelu_with_slope(np.reshape(x, 1), approximate))
     xc = np.clip(x, -GELU_CLIP, GELU_CLIP)
-    cdf, dcdf = _gelu_cdf(xc, approximate)
+    cdf, dcdf = _gelu_gate(xc, approximate)
     dcdf *= xc
     dcdf += cdf  # dy/dx = Phi(x) + x Phi'(x)
     y = np.maximum(x, -GELU_CLIP, out=xc)  # y = x Phi(x), with Phi = 0 exactly below -GELU_CLIP
@@ -277,50 +343,71 @@ def _gelu(x: np.ndarray, approximate: str):
     return y, dcdf
 
 
-def gelu(x, *, approximate: str = "tanh") -> np.ndarray:
-    r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_cdf` for ``approximate``.
+def gelu(x: ArrayLike, *, approximate: str = "tanh") -> np.ndarray:
+    r"""GELU :math:`y = x\,\Phi(x)` (Hendrycks & Gimpel 2016); see :func:`_gelu_gate` for ``approximate``.
 
     Integer input is converted to float64; ``gelu(-inf) = 0``, ``gelu(inf) = inf``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import gelu
+    >>> gelu(np.array([0.0, 1.0, np.inf])).round(6).tolist()     # tanh form: (1 + tanh(0.833563)) / 2 at 1
+    [0.0, 0.841192, inf]
+    >>> gelu(np.array([1.0]), approximate="none").round(6).tolist()   # exact: Phi(1)
+    [0.841345]
+    """
+    approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
+    return gelu_with_slope(as_float_array(x, "x"), approximate)[0]
+
+
+def gelu_backward(dy: ArrayLike, x: ArrayLike, *, approximate: str = "tanh") -> np.ndarray:
+    r""":math:`\partial L/\partial x = \partial L/\partial y \odot (\Phi(x) + x\,\Phi'(x))`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import gelu_backward
+    >>> gelu_backward(np.array([1.0, 2.0]), np.array([0.0, 1.0])).round(6).tolist()   # dy (Phi + x Phi'): 1/2 at 0
+    [0.5, 2.165928]
     """
     approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
     x = as_float_array(x, "x")
-    return _gelu(x, approximate)[0]
-
-
-def gelu_backward(dy, x, *, approximate: str = "tanh") -> np.ndarray:
-    r""":math:`\partial L/\partial x = \partial L/\partial y \odot (\Phi(x) + x\,\Phi'(x))`."""
-    approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
-    x = as_float_array(x, "x")
     dy = as_float_array(dy, "dy")
-    if dy.shape != x.shape:
-        raise ValueError(f"dy must have x's shape {x.shape}, got {dy.shape}")
-    return dy * _gelu(x, approximate)[1]
+    require(dy.shape == x.shape, f"dy must have x's shape {x.shape}, got {dy.shape}")
+    return dy * gelu_with_slope(x, approximate)[1]
 
 
 class GELU:
-    """GELU as a layer (no parameters). ``approximate="tanh"`` (default, GPT-2 / torch's
-    ``approximate="tanh"``) or ``"none"`` (exact, ``scipy.special.erf``).
+    """GELU as a layer (no parameters): :func:`gelu_with_slope`. ``approximate="tanh"`` (default,
+    GPT-2 / torch's ``approximate="tanh"``) or ``"none"`` (exact, ``scipy.special.erf``).
 
-    ``backend``: ``"numpy"`` runs :func:`_gelu`; ``"numba"`` and ``"auto"`` run the fused
-    :func:`posenc_np.kernels.layers.gelu_tanh` (one pass, 2-5x faster at training sizes) for
-    ``"tanh"`` on float32/float64 input, and :func:`_gelu` otherwise."""
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import GELU
+    >>> act = GELU()
+    >>> act.forward(np.array([0.0, 1.0])).round(6).tolist()
+    [0.0, 0.841192]
+    >>> act.backward(np.array([1.0, 1.0])).round(6).tolist()    # Phi(x) + x Phi'(x)
+    [0.5, 1.082964]
+    """
 
-    def __init__(self, *, approximate: str = "tanh", backend: str = "auto"):
+    #: The formula (:class:`posenc_np.fused.FusedGELU` computes ``"tanh"`` with a fused kernel).
+    gelu_with_slope = staticmethod(gelu_with_slope)
+
+    def __init__(self, *, approximate: str = "tanh"):
         self.approximate = check_choice(approximate, "approximate", GELU_APPROXIMATIONS)
-        self.backend = check_choice(backend, "backend", LAYER_BACKENDS)
         self.params: dict = {}
         self.grads: dict = {}
         self._dydx = None
 
-    def forward(self, x) -> np.ndarray:
-        x = as_float_array(x, "x")
-        if self.backend != "numpy" and self.approximate == "tanh" and kernel_dtype(x):
-            y, self._dydx = _kernels().gelu_tanh(x, GELU_CLIP, check=False)
-        else:
-            y, self._dydx = _gelu(x, self.approximate)  # keep only dy/dx: the backward is one multiply
+    def forward(self, x: ArrayLike) -> np.ndarray:
+        # keep only dy/dx: the backward is one multiply
+        y, self._dydx = self.gelu_with_slope(as_float_array(x, "x"), self.approximate)
         return y
 
-    def backward(self, dy) -> np.ndarray:
+    def backward(self, dy: ArrayLike) -> np.ndarray:
         _need_forward(self._dydx, "GELU")
         return _check_dy(dy, self._dydx.shape, "GELU") * self._dydx
 
@@ -333,6 +420,17 @@ class Embedding:
     Backward: :math:`\partial L/\partial W[r] = \sum_{j:\,\text{ids}_j = r} \partial L/\partial y_j`
     (a scatter-add; repeated ids accumulate). Integer ids have no gradient, so
     :meth:`backward` returns ``None``. Ids outside ``[0, num_embeddings)`` raise ``ValueError``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import Embedding
+    >>> emb = Embedding(4, 2, rng=0, dtype=np.float64)
+    >>> emb.forward(np.array([[1, 1, 3]])).shape
+    (1, 3, 2)
+    >>> emb.backward(np.ones((1, 3, 2)))                # returns None: ids have no gradient
+    >>> emb.grads["weight"].tolist()                    # the repeated id 1 accumulates
+    [[0.0, 0.0], [2.0, 2.0], [0.0, 0.0], [1.0, 1.0]]
     """
 
     def __init__(self, num_embeddings: int, dim: int, *, rng=None, init_std: float = 0.02, dtype=np.float32):
@@ -345,15 +443,15 @@ class Embedding:
         self.grads = {"weight": np.zeros_like(self.params["weight"])}
         self._ids = None
 
-    def forward(self, ids) -> np.ndarray:
+    def forward(self, ids: ArrayLike) -> np.ndarray:
         ids = as_int_array(ids, "ids")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-            raise ValueError(f"ids must lie in [0, {self.num_embeddings}), got values in "
-                             f"[{int(ids.min())}, {int(ids.max())}]")
+        lo, hi = (int(ids.min()), int(ids.max())) if ids.size else (0, -1)
+        if lo < 0 or hi >= self.num_embeddings:
+            raise ValueError(f"ids must lie in [0, {self.num_embeddings}), got values in [{lo}, {hi}]")
         self._ids = ids = ids.copy()  # a caller reusing its array must not redirect the gradient
         return self.params["weight"][ids]
 
-    def backward(self, dy) -> None:
+    def backward(self, dy: ArrayLike) -> None:
         _need_forward(self._ids, "Embedding")
         dy = _check_dy(dy, self._ids.shape + (self.dim,), "Embedding")
         self.grads["weight"] = scatter_add_rows(self._ids, dy.astype(self.params["weight"].dtype, copy=False),
@@ -363,42 +461,64 @@ class Embedding:
 
 # --------------------------------------------------------------------------- cross-entropy
 
-def _cross_entropy_numpy(logits: np.ndarray, safe: np.ndarray):
-    """``(probs, log p of the target)`` per row (any leading shape; ``safe``: valid class indices)."""
+def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Softmax and target log-probability per row: ``(probs, logp_t)``. Arguments are not checked.
+
+    :math:`p_{jc} = e^{z_{jc} - m_j} / s_j`, :math:`\log p_{j t_j} = z_{j t_j} - m_j - \log s_j` with
+    :math:`m_j = \max_c z_{jc}`, :math:`s_j = \sum_c e^{z_{jc} - m_j}`; ``logits`` is ``(..., C)``,
+    ``targets`` valid class indices of shape ``logits.shape[:-1]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import cross_entropy_rows
+    >>> probs, logp_t = cross_entropy_rows(np.array([[0.0, 0.0, np.log(2.0)]]), np.array([2]))
+    >>> probs.round(6).tolist(), logp_t.round(6).tolist()    # (1, 1, 2) / 4 and log(1/2)
+    ([[0.25, 0.25, 0.5]], [-0.693147])
+    """
     shifted = logits - logits.max(axis=-1, keepdims=True)
     e = np.exp(shifted)
     s = e.sum(axis=-1, keepdims=True)
-    logp_t = np.take_along_axis(shifted, safe[..., None], axis=-1)[..., 0] - np.log(s[..., 0])
+    logp_t = np.take_along_axis(shifted, targets[..., None], axis=-1)[..., 0] - np.log(s[..., 0])
     return e / s, logp_t
 
 
-def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100, backend: str = "auto"):
-    r"""Mean softmax cross-entropy over the targets that are not ``ignore_index``.
+def cross_entropy_loss(probs: np.ndarray, logp_t: np.ndarray, targets: np.ndarray,
+                       keep: np.ndarray) -> tuple[float, dict]:
+    """The mean of ``-logp_t`` over the rows ``keep`` (in float64; 0 without a kept row) and the cache of
+    :func:`softmax_cross_entropy_backward`: ``(loss, cache)``. Arguments are not checked.
 
-    .. math::
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import cross_entropy_loss, cross_entropy_rows
+    >>> targets, keep = np.array([0, 1]), np.array([True, False])
+    >>> probs, logp_t = cross_entropy_rows(np.log([[0.5, 0.5], [0.25, 0.75]]), targets)   # logp_t = log(1/2), log(3/4)
+    >>> loss, cache = cross_entropy_loss(probs, logp_t, targets, keep)
+    >>> round(loss, 6), cache["count"]      # -log(1/2) over the one kept row
+    (0.693147, 1)
+    """
+    count = int(keep.sum())
+    loss = -float(np.sum(logp_t, where=keep, dtype=np.float64)) / max(count, 1)
+    return loss, {"probs": probs, "targets": targets, "keep": keep, "count": count}
 
-        \mathcal L = \frac{1}{N} \sum_{j:\, t_j \ne \text{ignore}}
-        \Big(\log \sum_c e^{z_{jc}} - z_{j t_j}\Big)
 
-    with :math:`N` the number of counted targets (:math:`\mathcal L = 0` when :math:`N = 0`).
-    The log-sum-exp subtracts the row maximum first.
+def check_cross_entropy(logits: ArrayLike, targets: ArrayLike,
+                        ignore_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arguments of :func:`softmax_cross_entropy` (and of :func:`posenc_np.fused.softmax_cross_entropy`):
+    ``(logits, targets, keep)`` with ``keep = targets != ignore_index`` and the ignored targets set to 0.
 
-    Parameters
-    ----------
-    logits : ndarray ``(..., C)``, floating
-    targets : integer ndarray ``logits.shape[:-1]``
-        Class indices in ``[0, C)`` or ``ignore_index``.
-    backend : {"auto", "numpy", "numba"}
-        ``"numpy"``: the NumPy code (:func:`_cross_entropy_numpy`). ``"auto"``/``"numba"``: for
-        float32/float64 logits, one pass per row with
-        :func:`posenc_np.kernels.layers.cross_entropy_rows` (its exp within 0.6 ulp in float32, 2
-        in float64); rows with a NaN or infinite logit by the NumPy code.
-
-    Returns
-    -------
-    loss : float
-    cache : dict
-        For :func:`softmax_cross_entropy_backward`.
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import check_cross_entropy
+    >>> logits, targets, keep = check_cross_entropy(np.zeros((3, 4)), [1, -100, 3], -100)
+    >>> targets.tolist(), keep.tolist()     # the ignored target set to 0
+    ([1, 0, 3], [True, False, True])
+    >>> check_cross_entropy(np.zeros((3, 4)), [1, 4, 3], -100)
+    Traceback (most recent call last):
+        ...
+    ValueError: targets must lie in [0, 4) or equal ignore_index=-100, got 4
     """
     logits = np.asarray(logits)
     if logits.dtype.kind != "f" or logits.ndim < 1:
@@ -407,52 +527,71 @@ def softmax_cross_entropy(logits, targets, *, ignore_index: int = -100, backend:
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets must have shape {logits.shape[:-1]} (logits without the class axis), "
                          f"got {targets.shape}")
-    num_classes = logits.shape[-1]
     keep = targets != ignore_index
-    bad = keep & ((targets < 0) | (targets >= num_classes))
-    if bad.any():
-        raise ValueError(f"targets must lie in [0, {num_classes}) or equal ignore_index={ignore_index}, "
-                         f"got {int(targets[bad].reshape(-1)[0])}")
-    backend = check_choice(backend, "backend", LAYER_BACKENDS)
-    safe = np.where(keep, targets, 0)
-    if backend != "numpy" and kernel_dtype(logits) and logits.size:
-        rows = np.ascontiguousarray(logits).reshape(-1, num_classes)
-        flat_t = safe.reshape(-1).astype(np.int64, copy=False)
-        probs, logp_t, bad = _kernels().cross_entropy_rows(rows, flat_t, check=False)
-        if bad.any():  # NaN or infinite logits: the NumPy code's values for those rows
-            idx = np.flatnonzero(bad)
-            probs[idx], logp_t[idx] = _cross_entropy_numpy(rows[idx], flat_t[idx])
-        probs, logp_t = probs.reshape(logits.shape), logp_t.reshape(safe.shape)
-    else:
-        probs, logp_t = _cross_entropy_numpy(logits, safe)
-    count = int(keep.sum())
-    loss = -float(np.sum(logp_t, where=keep, dtype=np.float64)) / max(count, 1)
-    cache = {"probs": probs, "targets": safe, "keep": keep, "count": count}
-    return loss, cache
+    bad = targets[keep & ((targets < 0) | (targets >= logits.shape[-1]))]
+    if bad.size:
+        raise ValueError(f"targets must lie in [0, {logits.shape[-1]}) or equal ignore_index={ignore_index}, "
+                         f"got {int(bad[0])}")
+    return logits, np.where(keep, targets, 0), keep
 
 
-def softmax_cross_entropy_backward(cache, dloss: float = 1.0, *, backend: str = "auto") -> np.ndarray:
+def softmax_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100) -> tuple[float, dict]:
+    r"""Mean softmax cross-entropy over the targets that are not ``ignore_index``.
+
+    .. math::
+
+        \mathcal L = \frac{1}{N} \sum_{j:\, t_j \ne \text{ignore}}
+        \Big(\log \sum_c e^{z_{jc}} - z_{j t_j}\Big)
+
+    with :math:`N` the number of counted targets (:math:`\mathcal L = 0` when :math:`N = 0`).
+    The log-sum-exp subtracts the row maximum first (:func:`cross_entropy_rows`).
+
+    Parameters
+    ----------
+    logits : ndarray ``(..., C)``, floating
+    targets : integer ndarray ``logits.shape[:-1]``
+        Class indices in ``[0, C)`` or ``ignore_index``.
+
+    Returns
+    -------
+    loss : float
+    cache : dict
+        For :func:`softmax_cross_entropy_backward`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import softmax_cross_entropy
+    >>> loss, cache = softmax_cross_entropy(np.zeros((2, 3, 4)), np.array([[0, 1, 2], [3, -100, -100]]))
+    >>> round(loss, 6), cache["count"]      # uniform over C = 4 classes: log 4, over the 4 counted targets
+    (1.386294, 4)
+    """
+    logits, targets, keep = check_cross_entropy(logits, targets, ignore_index)
+    return cross_entropy_loss(*cross_entropy_rows(logits, targets), targets, keep)
+
+
+def softmax_cross_entropy_backward(cache: dict, dloss: float = 1.0) -> np.ndarray:
     r""":math:`\partial\mathcal L/\partial z_{jc} = (p_{jc} - [c = t_j])\,[t_j \ne \text{ignore}]/N`,
-    times ``dloss``. ``backend``: ``"auto"``/``"numba"`` compute it in one pass per row
-    (:func:`posenc_np.kernels.layers.cross_entropy_backward`, the same operations) for C-contiguous
-    float32/float64 probabilities; ``"numpy"`` with the NumPy code."""
+    times ``dloss``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.layers import softmax_cross_entropy, softmax_cross_entropy_backward
+    >>> loss, cache = softmax_cross_entropy(np.zeros((1, 4)), np.array([2]))
+    >>> softmax_cross_entropy_backward(cache).tolist()      # (p - onehot(t)) / N with p = 1/4, N = 1
+    [[0.25, 0.25, -0.75, 0.25]]
+    """
     ok = isinstance(cache, dict) and set(cache) == {"probs", "targets", "keep", "count"}
     if ok:
         probs, targets, keep = cache["probs"], cache["targets"], cache["keep"]
         ok = (all(isinstance(a, np.ndarray) for a in (probs, targets, keep)) and probs.ndim >= 1
               and targets.shape == keep.shape == probs.shape[:-1] and isinstance(cache["count"], int))
-    if not ok:
-        raise TypeError("cache must be the dict returned by softmax_cross_entropy")
+    require(ok, "cache must be the dict returned by softmax_cross_entropy", TypeError)
     dloss = check_real(dloss, "dloss")
-    backend = check_choice(backend, "backend", LAYER_BACKENDS)
     probs, targets, keep, count = cache["probs"], cache["targets"], cache["keep"], cache["count"]
-    weights = (keep * (dloss / max(count, 1))).astype(probs.dtype)
-    if backend != "numpy" and kernel_dtype(probs) and probs.size and probs.flags.c_contiguous:
-        width = probs.shape[-1]
-        d = _kernels().cross_entropy_backward(probs.reshape(-1, width), targets.reshape(-1).astype(np.int64, copy=False),
-                                              weights.reshape(-1), check=False)
-        return d.reshape(probs.shape)
-    d = probs.copy()
-    np.put_along_axis(d, targets[..., None], np.take_along_axis(d, targets[..., None], axis=-1) - 1, axis=-1)
-    d *= weights[..., None]
+    weights = (keep * (dloss / max(count, 1))).astype(probs.dtype)[..., None]
+    d = probs * weights
+    t = targets[..., None]
+    np.put_along_axis(d, t, (np.take_along_axis(probs, t, axis=-1) - 1) * weights, axis=-1)
     return d

@@ -42,11 +42,13 @@ import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from . import absolute
+from . import absolute, fused
 from . import attention as attn
-from ._checks import as_int_array, check_alloc, check_choice, check_float_dtype, check_int, check_real
-from .layers import GELU, GELU_APPROXIMATIONS, Embedding, LayerNorm, Linear
+from ._checks import (as_int_array, check_alloc, check_bool, check_choice, check_float_dtype, check_int, check_real,
+                      require)
+from .layers import GELU_APPROXIMATIONS, Embedding, Linear, softmax_cross_entropy_backward
 from .registry import REGISTRY, default_scale
 
 EMBED_SCALES = ("none", "sqrt_d")
@@ -92,6 +94,17 @@ class ModelConfig:
         unscaled table). ``d`` is the token-embedding width.
     seed : int
         Initialisation seed.
+
+    Examples
+    --------
+    >>> from posenc_np.model import ModelConfig
+    >>> cfg = ModelConfig(vocab_size=16, d_model=32, n_heads=4, position="rope").validate()
+    >>> cfg.head_dim, cfg.dtype, ModelConfig.from_json(cfg.to_json()) == cfg
+    (8, 'float32', True)
+    >>> ModelConfig(vocab_size=16, d_model=30, n_heads=4).validate()
+    Traceback (most recent call last):
+        ...
+    ValueError: d_model (30) must be divisible by n_heads (4)
     """
 
     vocab_size: int
@@ -116,21 +129,19 @@ class ModelConfig:
             check_int(getattr(self, name), name, minimum=1)
         if self.d_ff is not None:
             check_int(self.d_ff, "d_ff", minimum=1)
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        require(self.d_model % self.n_heads == 0,
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         d, ff = self.d_model, self.d_ff or 4 * self.d_model
         per_layer = 4 * d * d + 2 * d * ff + ff + 9 * d  # qkv, proj, fc1, fc2 weights and biases, two LayerNorms
         check_alloc((self.n_layers, per_layer), check_float_dtype(self.dtype), "block parameters (n_layers, per layer)")
-        for name in ("causal", "tied"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        check_bool(self.causal, "causal")
+        check_bool(self.tied, "tied")
         check_choice(self.position, "position", tuple(REGISTRY))
         check_choice(self.fusion, "fusion", absolute.FUSIONS)
-        if self.fusion != "add" and not REGISTRY[self.position].absolute:
-            raise ValueError(f"fusion={self.fusion!r} only applies to absolute encodings "
-                             f"{[n for n, a in REGISTRY.items() if a.absolute]}, not {self.position!r}")
-        if not isinstance(self.position_options, dict):
-            raise TypeError(f"position_options must be a dict, got {type(self.position_options).__name__}")
+        require(self.fusion == "add" or REGISTRY[self.position].absolute, f"fusion={self.fusion!r} only applies to "
+                f"absolute encodings {[n for n, a in REGISTRY.items() if a.absolute]}, not {self.position!r}")
+        require(isinstance(self.position_options, dict),
+                f"position_options must be a dict, got {type(self.position_options).__name__}", TypeError)
         check_choice(self.gelu, "gelu", GELU_APPROXIMATIONS)
         check_float_dtype(self.dtype)
         check_real(self.init_std, "init_std", nonnegative=True)
@@ -159,6 +170,16 @@ class KVCache:
     Keys are stored *after* the position encoding's q/k transform (rotated for RoPE);
     ``extra`` holds what an encoding needs to keep them valid (the RoPE frequencies they
     were rotated with, so that dynamic scaling can re-rotate them).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.model import KVCache, ModelConfig, Transformer
+    >>> model = Transformer(ModelConfig(vocab_size=16, d_model=16, n_heads=2, position="rope", dtype="float64"))
+    >>> cache = KVCache()       # model.init_cache() also checks that the model can decode with one
+    >>> last = [model.decode_step(np.array([t]), cache) for t in (1, 2, 3)][-1]
+    >>> cache.length, cache.keys[0].shape, bool(np.allclose(last, model.forward([[1, 2, 3]])[:, -1]))   # = full forward
+    (3, (1, 2, 3, 8), True)
     """
 
     length: int = 0
@@ -193,10 +214,20 @@ class PositionEncoding:
     keys and values of earlier tokens were *computed* under the old frequencies (Hugging Face
     has the same behaviour). Logit encodings place query ``i`` at ``i + k_len - q_len``
     (bottom-right, like the causal mask), so one hook serves a full forward and cached decoding.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, PositionEncoding
+    >>> cfg = ModelConfig(vocab_size=16, d_model=8, n_heads=2, position="sinusoidal", dtype="float64").validate()
+    >>> pos = PositionEncoding(cfg, np.random.default_rng(0))
+    >>> pos.level, pos.token_width, pos.embed(np.zeros((1, 2, 8)), np.arange(2))[0, 0].tolist()   # x + p(0)
+    ('embedding', 8, [0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0])
     """
 
-    def __init__(self, cfg: ModelConfig, rng: np.random.Generator):
+    def __init__(self, cfg: ModelConfig, rng: np.random.Generator, softmax=None):
         entry = REGISTRY[cfg.position]
+        self.softmax = softmax  # the attention core's softmax pair (fused.Ops.softmax)
         self.entry, self.cfg, self.name, self.level = entry, cfg, entry.name, entry.acts
         self.dtype = np.dtype(cfg.dtype)
         self.options = entry.resolve(cfg)
@@ -235,23 +266,23 @@ class PositionEncoding:
         concat = self.vectors is not None and self.cfg.fusion == "concat"
         return self.cfg.d_model - self.vectors.dim if concat else self.cfg.d_model
 
-    def embed(self, x, positions):
+    def embed(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         if self.vectors is None:
             return x
         p = self.vectors.forward(positions)
         self._saved = (x, p)
-        return absolute._fuse(x, p, self.cfg.fusion)
+        return absolute.combine(x, p, self.cfg.fusion)
 
-    def embed_backward(self, dx):
+    def embed_backward(self, dx: np.ndarray) -> np.ndarray:
         if self.vectors is None:
             return dx
         x, p = self._saved
-        dtok, dp = absolute._fuse_backward(dx, x, p, self.cfg.fusion)
+        dtok, dp = absolute.combine_backward(dx, x, p, self.cfg.fusion)
         self.vectors.backward(dp)
         return dtok
 
     # rotation of queries and keys
-    def begin(self, start: int, length: int, cache: KVCache | None, positions=None) -> None:
+    def begin(self, start: int, length: int, cache: KVCache | None, positions: np.ndarray | None = None) -> None:
         if self.rotary is not None:
             self.rotary.begin(start, length, cache, positions)
 
@@ -263,28 +294,30 @@ class PositionEncoding:
     def sample_positions(self, length: int, rng: np.random.Generator) -> np.ndarray:
         """A sorted sample of ``length`` distinct positions from ``0 .. randomized_max_len - 1``."""
         M = self.randomized_max_len
-        if length > M:
-            raise ValueError(f"randomized positions: a training sequence of {length} tokens needs "
-                             f"position_options['randomized_max_len'] >= {length}, got {M}")
+        require(length <= M, f"randomized positions: a training sequence of {length} tokens needs "
+                f"position_options['randomized_max_len'] >= {length}, got {M}")
         return np.sort(rng.choice(M, size=length, replace=False))
 
-    def rotate(self, q, k, *, in_place: bool = False):
+    def rotate(self, q: np.ndarray, k: np.ndarray, *, in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
         return self.rotary.rotate(q, k, in_place=in_place) if self.rotary is not None else (q, k)
 
-    def rotate_backward(self, dq, dk, *, in_place: bool = False):
+    def rotate_backward(self, dq: np.ndarray, dk: np.ndarray, *,
+                        in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
         return self.rotary.rotate(dq, dk, inverse=True, in_place=in_place) if self.rotary is not None else (dq, dk)
 
     # attention
-    def attend(self, layer: int, q, k, v, causal: bool):
+    def attend(self, layer: int, q: np.ndarray, k: np.ndarray, v: np.ndarray,
+               causal: bool) -> tuple[np.ndarray, dict]:
         hook = self.hooks[layer] if self.hooks else None
         if self.entry.attention is not None:
             return self.entry.attention(q, k, v, causal=causal, hook=hook, scale=self.scale)
-        keep = attn._keep(None, causal, q.shape[-2], k.shape[-2])
-        return attn._forward(q, k, v, None, keep, self.scale, () if hook is None else (hook,), fused_softmax=True)
+        keep = attn.applied_mask(None, causal, q.shape[-2], k.shape[-2])
+        return attn.attend(q, k, v, None, keep, self.scale, () if hook is None else (hook,), self.softmax)
 
-    def attend_backward(self, layer: int, dout, cache):
+    def attend_backward(self, layer: int, dout: np.ndarray,
+                        cache: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         fused = self.entry.attention_backward
-        g = fused(dout, cache) if fused is not None else attn._backward(dout, cache)
+        g = fused(dout, cache) if fused is not None else attn.attend_backward(dout, cache)
         return g["q"], g["k"], g["v"]
 
 
@@ -293,16 +326,16 @@ class PositionEncoding:
 class Block:
     """Pre-LN transformer block: ``h + Attn(LN1 h)``, then ``+ MLP(LN2 .)``."""
 
-    def __init__(self, cfg: ModelConfig, pos: PositionEncoding, index: int, rng: np.random.Generator):
+    def __init__(self, cfg: ModelConfig, pos: PositionEncoding, index: int, rng: np.random.Generator, ops: fused.Ops):
         d, dt = cfg.d_model, np.dtype(cfg.dtype)
         proj_std = cfg.init_std / math.sqrt(2 * cfg.n_layers)
         self.cfg, self.pos, self.index = cfg, pos, index
-        self.ln1 = LayerNorm(d, dtype=dt)
+        self.ln1 = ops.LayerNorm(d, dtype=dt)
         self.qkv = Linear(d, 3 * d, rng=rng, init_std=cfg.init_std, dtype=dt)
         self.proj = Linear(d, d, rng=rng, init_std=proj_std, dtype=dt)
-        self.ln2 = LayerNorm(d, dtype=dt)
+        self.ln2 = ops.LayerNorm(d, dtype=dt)
         self.fc1 = Linear(d, cfg.d_ff or 4 * d, rng=rng, init_std=cfg.init_std, dtype=dt)
-        self.act = GELU(approximate=cfg.gelu)
+        self.act = ops.GELU(approximate=cfg.gelu)
         self.fc2 = Linear(cfg.d_ff or 4 * d, d, rng=rng, init_std=proj_std, dtype=dt)
         self._attn_cache = None
 
@@ -313,7 +346,7 @@ class Block:
     def forward(self, h, cache: KVCache | None):
         H = self.cfg.n_heads
         qkv = self.qkv.forward(self.ln1.forward(h))
-        q, k, v = (attn._split_heads(t, H) for t in np.split(qkv, 3, axis=-1))
+        q, k, v = (attn.to_heads(t, H) for t in np.split(qkv, 3, axis=-1))
         q, k = self.pos.rotate(q, k, in_place=True)  # q, k are views of qkv, which the block owns
         if cache is not None:
             i = self.index
@@ -323,12 +356,12 @@ class Block:
             k = cache.keys[i] = np.concatenate([cache.keys[i], k], axis=-2)
             v = cache.values[i] = np.concatenate([cache.values[i], v], axis=-2)
         out, self._attn_cache = self.pos.attend(self.index, q, k, v, self.cfg.causal)
-        a = h + self.proj.forward(attn._merge_heads(out))
+        a = h + self.proj.forward(attn.from_heads(out))
         return a + self.fc2.forward(self.act.forward(self.fc1.forward(self.ln2.forward(a))))
 
     def backward(self, dh):
         da = dh + self.ln2.backward(self.fc1.backward(self.act.backward(self.fc2.backward(dh))))
-        dout = attn._split_heads(self.proj.backward(da), self.cfg.n_heads)
+        dout = attn.to_heads(self.proj.backward(da), self.cfg.n_heads)
         dq, dk, dv = self.pos.attend_backward(self.index, dout, self._attn_cache)
         dq, dk = self.pos.rotate_backward(dq, dk, in_place=True)  # fresh gradients of the attention
         # merge_heads of dq, dk, dv written straight into the (B, T, 3 * d_model) gradient:
@@ -348,6 +381,12 @@ class Transformer:
     Parameters
     ----------
     cfg : ModelConfig
+    backend : {"auto", "numpy", "numba"}
+        How the LayerNorms, GELUs, attention softmaxes run, and the cross-entropy, gradient norms
+        and optimizer of its training (:func:`posenc_np.fused.ops`): ``"numpy"`` the references
+        (:mod:`posenc_np.layers`, :mod:`posenc_np.optim`, :mod:`posenc_np.attention`),
+        ``"numba"`` the fused kernels (:mod:`posenc_np.fused`), ``"auto"`` the kernels for a
+        float32/float64 model. The position encodings choose their own kernels (their ``"auto"``).
 
     Attributes
     ----------
@@ -357,19 +396,34 @@ class Transformer:
         Same keys, written by :meth:`backward`.
     pos : PositionEncoding
         The encoding chosen from :data:`REGISTRY`.
+    ops : posenc_np.fused.Ops
+        What ``backend`` chose (also used by :func:`posenc_np.train.train` and
+        :func:`~posenc_np.train.evaluate`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> model = Transformer(ModelConfig(vocab_size=16, d_model=16, n_heads=2, n_layers=1, position="rope"))
+    >>> model.num_params       # tied 16 x 16 embedding; 4*16*16 + 2*16*64 + 64 + 9*16 in the block; final LN 2*16
+    3568
+    >>> loss = model.loss([[1, 2, 3, 4]], [[2, 3, 4, 5]], backward=True)     # also fills model.grads
+    >>> model.grads.keys() == model.params.keys(), model.generate([[1, 2]], 3).shape    # greedy: 3 more tokens
+    (True, (1, 5))
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, *, backend: str = "auto"):
         self.cfg = cfg.validate()
+        self.ops = ops = fused.ops(backend, cfg.dtype)
         rng = np.random.default_rng(cfg.seed)
         dt = np.dtype(cfg.dtype)
-        self.pos = PositionEncoding(cfg, rng)
+        self.pos = PositionEncoding(cfg, rng, ops.softmax)
         d_tok = self.pos.token_width
         self.embed_scale = math.sqrt(d_tok) if cfg.embed_scale == "sqrt_d" else 1.0
         self.tok_emb = Embedding(cfg.vocab_size, d_tok, rng=rng, dtype=dt,
                                  init_std=1.0 / self.embed_scale if cfg.embed_scale == "sqrt_d" else cfg.init_std)
-        self.blocks = [Block(cfg, self.pos, i, rng) for i in range(cfg.n_layers)]
-        self.ln_f = LayerNorm(cfg.d_model, dtype=dt)
+        self.blocks = [Block(cfg, self.pos, i, rng, ops) for i in range(cfg.n_layers)]
+        self.ln_f = ops.LayerNorm(cfg.d_model, dtype=dt)
         self.head = None if cfg.tied else Linear(cfg.d_model, cfg.vocab_size, bias=False, rng=rng,
                                                  init_std=cfg.init_std, dtype=dt)
         self._modules = {"tok_emb": self.tok_emb, **self.pos.modules()}
@@ -394,21 +448,16 @@ class Transformer:
         Keys and shapes must match exactly, values must be finite floats; everything is checked
         before the first parameter is written, so a bad dict leaves the model unchanged.
         """
-        if not isinstance(values, dict):
-            raise TypeError(f"values must be a dict of named arrays, got {type(values).__name__}")
-        if set(values) != set(self.params):
-            missing, extra = sorted(set(self.params) - set(values)), sorted(set(values) - set(self.params))
-            raise ValueError(f"parameter names differ: missing {missing}, unexpected {extra}")
+        require(isinstance(values, dict), f"values must be a dict of named arrays, got {type(values).__name__}",
+                TypeError)
+        missing, extra = sorted(set(self.params) - set(values)), sorted(set(values) - set(self.params))
+        require(not missing and not extra, f"parameter names differ: missing {missing}, unexpected {extra}")
         arrays = {}
         for k, v in values.items():
-            v = np.asarray(v)
-            if v.dtype.kind != "f":
-                raise TypeError(f"parameter {k!r} must be a float array, got dtype {v.dtype}")
-            if v.shape != self.params[k].shape:
-                raise ValueError(f"parameter {k!r} has shape {self.params[k].shape}, got {v.shape}")
-            if not np.all(np.isfinite(v)):
-                raise ValueError(f"parameter {k!r} holds NaN or inf")
-            arrays[k] = v
+            v = arrays[k] = np.asarray(v)
+            require(v.dtype.kind == "f", f"parameter {k!r} must be a float array, got dtype {v.dtype}", TypeError)
+            require(v.shape == self.params[k].shape, f"parameter {k!r} has shape {self.params[k].shape}, got {v.shape}")
+            require(np.all(np.isfinite(v)), f"parameter {k!r} holds NaN or inf")
         for k, v in arrays.items():
             self.params[k][...] = v
 
@@ -419,7 +468,8 @@ class Transformer:
         self.grads = grads
 
     # ---------------------------------------------------------------- forward / backward
-    def forward(self, tokens, cache: KVCache | None = None, *, positions=None) -> np.ndarray:
+    def forward(self, tokens: ArrayLike, cache: KVCache | None = None, *,
+                positions: ArrayLike | None = None) -> np.ndarray:
         """Logits ``(B, T, vocab)`` for integer tokens ``(B, T)``.
 
         With a :class:`KVCache` the tokens continue the cached sequence (positions
@@ -431,15 +481,12 @@ class Transformer:
         :meth:`training_positions` samples; only encodings that take positions use them).
         """
         tokens = as_int_array(tokens, "tokens")
-        if tokens.ndim != 2:
+        if tokens.ndim != 2:  # (every forward: the message is formatted only on failure)
             raise ValueError(f"tokens must be (batch, length), got shape {tokens.shape}")
-        if cache is not None and not self.cfg.causal:
-            raise ValueError("a KV cache needs a causal model: in a bidirectional encoder every position "
-                             "attends to later tokens, so earlier states change as tokens arrive")
-        if cache is not None and self.pos.kv_cache_unsupported:
-            raise ValueError(f"KV-cache decoding is not defined for {self.cfg.position!r}: "
-                             f"{self.pos.kv_cache_unsupported}")
         B, T = tokens.shape
+        require(T > 0, f"tokens must hold at least one position per sequence, got shape {tokens.shape}")
+        if cache is not None:
+            self._check_cache(cache, B)
         start = 0 if cache is None else cache.length
         given = None if positions is None else self._check_positions(positions, T, cache)
         positions = np.arange(start, start + T) if given is None else given
@@ -465,14 +512,13 @@ class Transformer:
         """``forward``'s ``positions``: ``(T,)`` strictly increasing integers ``>= 0`` (below ``max_len``
         for a learned table), without a cache."""
         positions = as_int_array(positions, "positions")
-        if cache is not None:
-            raise ValueError("positions and a KV cache do not mix: cached decoding continues at cache.length")
-        if positions.shape != (T,):
-            raise ValueError(f"positions must have shape (T,) = ({T},) for tokens of length {T}, got {positions.shape}")
-        if T and (positions[0] < 0 or np.any(np.diff(positions) <= 0)):
-            raise ValueError(f"positions must be strictly increasing integers >= 0, got {positions}")
-        if T and self.cfg.position == "learned" and positions[-1] >= self.cfg.max_len:
-            raise ValueError(f"positions must be < max_len ({self.cfg.max_len}) for a learned table, got {positions[-1]}")
+        require(cache is None, "positions and a KV cache do not mix: cached decoding continues at cache.length")
+        require(positions.shape == (T,),
+                f"positions must have shape (T,) = ({T},) for tokens of length {T}, got {positions.shape}")
+        require(not T or (positions[0] >= 0 and np.all(np.diff(positions) > 0)),
+                f"positions must be strictly increasing integers >= 0, got {positions}")
+        require(not T or self.cfg.position != "learned" or positions[-1] < self.cfg.max_len,
+                f"positions must be < max_len ({self.cfg.max_len}) for a learned table, got {positions[-1:]}")
         return positions
 
     def training_positions(self, length: int, rng: np.random.Generator) -> np.ndarray | None:
@@ -482,11 +528,10 @@ class Transformer:
         None (the ordinary ``0 .. length-1``). Evaluation never calls this."""
         return None if self.pos.randomized_max_len is None else self.pos.sample_positions(length, rng)
 
-    def backward(self, dlogits) -> None:
+    def backward(self, dlogits: ArrayLike) -> None:
         """Backpropagate ``dL/dlogits`` (``(B, T, vocab)``) from the last uncached forward into
         :attr:`grads`."""
-        if self._saved is None:
-            raise RuntimeError("backward needs a preceding forward without a KV cache")
+        require(self._saved is not None, "backward needs a preceding forward without a KV cache", RuntimeError)
         hf = self._saved
         dlogits = np.asarray(dlogits)
         if dlogits.shape != hf.shape[:-1] + (self.cfg.vocab_size,):
@@ -511,13 +556,12 @@ class Transformer:
         self.tok_emb.backward(dx)
         self._collect_grads(dhead)
 
-    def loss(self, tokens, targets, *, ignore_index: int = -100, backward: bool = False) -> float:
+    def loss(self, tokens: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100,
+             backward: bool = False) -> float:
         """Mean cross-entropy of :meth:`forward` against ``targets`` (``ignore_index`` skipped);
         with ``backward=True`` also fills :attr:`grads`."""
-        from .layers import softmax_cross_entropy, softmax_cross_entropy_backward
-
         logits = self.forward(tokens)
-        loss, cache = softmax_cross_entropy(logits, targets, ignore_index=ignore_index)
+        loss, cache = self.ops.softmax_cross_entropy(logits, targets, ignore_index=ignore_index)
         if backward:
             self.backward(softmax_cross_entropy_backward(cache))
         return loss
@@ -525,26 +569,50 @@ class Transformer:
     # ---------------------------------------------------------------- decoding
     def init_cache(self) -> KVCache:
         """An empty :class:`KVCache` (for :meth:`decode_step` / ``forward(..., cache=)``)."""
-        if not self.cfg.causal:
-            raise ValueError("KV-cache decoding is defined for causal models only (causal=True)")
-        if self.pos.kv_cache_unsupported:
-            raise ValueError(f"KV-cache decoding is not defined for {self.cfg.position!r}: "
-                             f"{self.pos.kv_cache_unsupported}")
+        self._check_cacheable()
         return KVCache()
 
-    def decode_step(self, tokens, cache: KVCache) -> np.ndarray:
+    def _check_cacheable(self) -> None:
+        """A KV cache needs a causal model and an encoding that defines cached decoding."""
+        require(self.cfg.causal, "a KV cache needs a causal model (causal=True): in a bidirectional encoder every "
+                "position attends to later tokens, so earlier states change as tokens arrive")
+        require(not self.pos.kv_cache_unsupported,
+                f"KV-cache decoding is not defined for {self.cfg.position!r}: {self.pos.kv_cache_unsupported}")
+
+    def _check_cache(self, cache, batch: int) -> None:
+        """``cache`` continues this model's sequences: one key and one value array per layer (none
+        before the first call), each ``(batch, heads, cache.length, head_dim)`` in the model's
+        dtype, and a dict ``extra``."""
+        self._check_cacheable()
+        require(isinstance(cache, KVCache), f"cache must be a KVCache, got {type(cache).__name__}", TypeError)
+        n = cache.length
+        require(isinstance(n, int) and not isinstance(n, bool) and n >= 0, f"cache.length must be an int >= 0, got {n!r}")
+        require(isinstance(cache.keys, list) and isinstance(cache.values, list) and isinstance(cache.extra, dict),
+                "cache.keys and cache.values must be lists and cache.extra a dict, got "
+                f"{type(cache.keys).__name__}, {type(cache.values).__name__}, {type(cache.extra).__name__}", TypeError)
+        layers = len(cache.keys)
+        require(layers == len(cache.values) and layers in ((0, self.cfg.n_layers) if n == 0 else (self.cfg.n_layers,)),
+                f"cache holds {layers} key and {len(cache.values)} value arrays for length {n}; this model has "
+                f"{self.cfg.n_layers} layers")
+        want = (batch, self.cfg.n_heads, n, self.cfg.head_dim)
+        for i, (k, v) in enumerate(zip(cache.keys, cache.values)):
+            ok = all(isinstance(a, np.ndarray) and a.shape == want and a.dtype == self.cfg.dtype for a in (k, v))
+            require(ok, f"cache layer {i}: keys {getattr(k, 'shape', k)} {getattr(k, 'dtype', '')} and values "
+                    f"{getattr(v, 'shape', v)} {getattr(v, 'dtype', '')}, expected {want} (batch, heads, cache.length, "
+                    f"head_dim) {np.dtype(self.cfg.dtype)}")
+
+    def decode_step(self, tokens: ArrayLike, cache: KVCache) -> np.ndarray:
         """Feed one token per sequence (``(B,)``) after the cached ones; return its logits ``(B, vocab)``."""
         tokens = as_int_array(tokens, "tokens")
-        if tokens.ndim != 1:
-            raise ValueError(f"decode_step takes one token per sequence, shape (batch,), got {tokens.shape}")
+        require(tokens.ndim == 1, f"decode_step takes one token per sequence, shape (batch,), got {tokens.shape}")
+        require(cache is not None, "decode_step needs a KVCache (forward without one runs the whole sequence)", TypeError)
         return self.forward(tokens[:, None], cache=cache)[:, -1]
 
-    def generate(self, prompt, steps: int) -> np.ndarray:
+    def generate(self, prompt: ArrayLike, steps: int) -> np.ndarray:
         """Greedy continuation of ``prompt`` (``(B, T0)``) by ``steps`` tokens with the KV cache."""
         prompt = as_int_array(prompt, "prompt")
-        if prompt.ndim != 2 or prompt.shape[1] == 0:
-            raise ValueError(f"prompt must be (batch, length) with length >= 1 (the continuation starts from the "
-                             f"last token's logits), got shape {prompt.shape}")
+        require(prompt.ndim == 2 and prompt.shape[1] > 0, "prompt must be (batch, length) with length >= 1 (the "
+                f"continuation starts from the last token's logits), got shape {prompt.shape}")
         steps = check_int(steps, "steps", minimum=0)
         check_alloc((prompt.shape[0], prompt.shape[1] + steps), np.int64, "generated tokens (batch, length + steps)")
         cache = self.init_cache()

@@ -59,19 +59,24 @@ The report (:func:`report`, ``posenc-np precision``) is in :mod:`posenc_np.preci
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _exact
-from ._checks import as_positions, check_choice, check_int
+from numpy.typing import ArrayLike
+
+from ._checks import as_float_array, as_int_array, as_positions, check_alloc, check_choice, check_even, check_int, check_real, require
+from .rope_scaling import Scaling, parse_scaling
 
 __all__ = [
     "DTYPES",
     "RECIPES",
     "Recipe",
-    "RopeSetup",
     "apply_error",
+    "describe",
+    "entry_error",
     "exact_tables",
     "hf_cos_sin",
     "hf_inv_freq",
@@ -83,7 +88,10 @@ __all__ = [
     "recipe_names",
     "recipe_tables",
     "rotate",
+    "rotate_as",
+    "rotate_exact",
     "round_to",
+    "stored",
     "table_error",
     "to_bfloat16",
 ]
@@ -91,21 +99,31 @@ __all__ = [
 #: Model dtypes the recipes understand.
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 _F32 = np.float32
-_MAX_CONFIG_BYTES = 1 << 22
+_F32_MAX, _F32_TINY = float(np.finfo(np.float32).max), float(np.finfo(np.float32).tiny)
 
 
 # --------------------------------------------------------------------------- dtype emulation
 
-def to_bfloat16(x) -> np.ndarray:
+def to_bfloat16(x: ArrayLike) -> np.ndarray:
     """Round to bfloat16; the values are returned in a float32 array.
 
     float32 input: round-to-nearest-even on the bit pattern (add ``0x7FFF`` plus the lowest kept
     bit, clear the low 16 bits), exactly as ``torch``'s ``c10::BFloat16``; NaN stays NaN, values
     past the largest bfloat16 become infinities. float64 input is rounded directly (correctly
     rounded; torch goes through float32 first, which differs only when that first rounding lands
-    on a bfloat16 tie).
+    on a bfloat16 tie). Integers are converted to float64; complex, boolean and other values are a
+    ``TypeError``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import to_bfloat16
+    >>> to_bfloat16([257.0, 1 / 3]).tolist()        # 8 significant bits: 257 ties to even 256
+    [256.0, 0.333984375]
+    >>> to_bfloat16(np.float32([259.0])).tolist(), to_bfloat16([1.0]).dtype
+    ([260.0], dtype('float32'))
     """
-    x = np.asarray(x)
+    x = as_float_array(x, "x")
     if x.dtype == np.float32:
         bits = x.view(np.uint32)
         rounded = (bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))) & np.uint32(0xFFFF0000)
@@ -117,13 +135,22 @@ def to_bfloat16(x) -> np.ndarray:
     return np.where(np.isfinite(x), out, x).astype(np.float32)
 
 
-def round_to(x, dtype: str) -> np.ndarray:
-    """``x`` rounded once to ``dtype`` (one of :data:`DTYPES`); bfloat16 values come back in float32."""
+def round_to(x: ArrayLike, dtype: str) -> np.ndarray:
+    """``x`` (real numbers) rounded once to ``dtype`` (one of :data:`DTYPES`); bfloat16 values come back in float32.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import round_to
+    >>> round_to([257.0, 2049.0], "float16").tolist()   # 11 bits hold 257; 2049 ties to even 2048
+    [257.0, 2048.0]
+    >>> round_to([257.0], "bfloat16").tolist()
+    [256.0]
+    """
     dtype = check_choice(dtype, "dtype", DTYPES)
     if dtype == "bfloat16":
         return to_bfloat16(x)
     with np.errstate(over="ignore"):  # float16 overflows to inf, as a cast would
-        return np.asarray(x).astype(dtype)
+        return as_float_array(x, "x").astype(dtype)
 
 
 def _arith(dtype: str):
@@ -134,15 +161,26 @@ def _arith(dtype: str):
     return np.dtype(dtype), (lambda v: v)
 
 
-def rotate(a, b, c, s, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def rotate(a: ArrayLike, b: ArrayLike, c: ArrayLike, s: ArrayLike, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     r"""The pair rotation :math:`(a c - b s,\ a s + b c)` with every product and sum rounded to ``dtype``.
 
     This is Hugging Face's ``q * cos + rotate_half(q) * sin`` and Meta's complex product, one
-    rounding per operation. Inputs must already hold values of ``dtype``.
+    rounding per operation. Inputs must already hold values of ``dtype``; a value or result
+    past the dtype's range is ``inf`` there (then ``nan`` where infinities cancel), as in that dtype.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import rotate
+    >>> a, b = rotate([1.0], [2.0], [0.0], [1.0], "float64")     # (a c - b s, a s + b c) with c = 0, s = 1
+    >>> a.tolist(), b.tolist()
+    ([-2.0], [1.0])
+    >>> [v.tolist() for v in rotate([256.0], [1.0], [1.0], [0.0], "bfloat16")]  # the identity, in bfloat16 values
+    [[256.0], [1.0]]
     """
-    store, r = _arith(dtype)
-    a, b, c, s = (np.asarray(v, dtype=store) for v in (a, b, c, s))
-    return r(r(a * c) - r(b * s)), r(r(a * s) + r(b * c))
+    store, r = _arith(check_choice(dtype, "dtype", DTYPES))
+    with np.errstate(over="ignore", invalid="ignore"):  # past the dtype's range is inf there, as in that dtype
+        a, b, c, s = (as_float_array(v, name).astype(store) for v, name in ((a, "a"), (b, "b"), (c, "c"), (s, "s")))
+        return r(r(a * c) - r(b * s)), r(r(a * s) + r(b * c))
 
 
 def _cos_sin_of(angles: np.ndarray, dtype: str):
@@ -159,79 +197,62 @@ def _pow32(base, exponent) -> np.ndarray:
 
 # --------------------------------------------------------------------------- setup
 
-@dataclass(frozen=True)
-class RopeSetup:
-    """A RoPE configuration: ``head_dim`` (or the rotary dim when ``scaling`` has no
-    ``partial_rotary_factor``), ``base``, a Hugging Face ``scaling`` dict, the model's
-    ``max_position_embeddings`` and the ``seq_len`` at which length-dependent frequencies
-    (``dynamic``, ``longrope``) are taken."""
-
-    head_dim: int
-    base: float = 10000.0
-    scaling: dict | None = None
-    max_position_embeddings: int | None = None
-    seq_len: int | None = None
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def frequencies(self):
-        """``(inv_freq, attention_factor)`` from :func:`posenc_np.rope.inv_freq` (exact values attached)."""
-        if "freq" not in self._cache:
-            from . import rope
-
-            self._cache["freq"] = rope.inv_freq(self.head_dim, base=self.base, scaling=self.scaling,
-                                                seq_len=self.seq_len,
-                                                max_position_embeddings=self.max_position_embeddings)
-        return self._cache["freq"]
-
-    def parsed(self):
-        """The scaling dict read once (:func:`posenc_np.rope_scaling.parse_scaling`)."""
-        if "parsed" not in self._cache:
-            from .rope_scaling import parse_scaling
-
-            self._cache["parsed"] = parse_scaling(self.head_dim, base=self.base, scaling=self.scaling,
-                                                  max_position_embeddings=self.max_position_embeddings)
-        return self._cache["parsed"]
-
-    @property
-    def rope_type(self) -> str:
-        return self.parsed().rope_type
-
-    @property
-    def pairs(self) -> int:
-        return self.frequencies()[0].size
-
-    def describe(self) -> dict:
-        inv, af = self.frequencies()
-        return {"head_dim": self.head_dim, "rotary_dim": 2 * inv.size, "base": self.base,
-                "rope_type": self.rope_type, "scaling": self.scaling,
-                "max_position_embeddings": self.max_position_embeddings, "seq_len": self.seq_len,
-                "attention_factor": af}
+def _check_setup(setup) -> Scaling:
+    """``setup`` itself, after checking it is a :class:`~posenc_np.rope_scaling.Scaling`."""
+    require(isinstance(setup, Scaling), "setup must be a posenc_np.rope_scaling.Scaling (from read_hf_config or "
+            f"rope_scaling.parse_scaling), got {type(setup).__name__}", TypeError)
+    return setup
 
 
-def read_hf_config(source, *, seq_len: int | None = None, layer_type: str | None = None) -> RopeSetup:
-    """A :class:`RopeSetup` from a Hugging Face ``config.json`` (a path or an already parsed dict).
+def describe(setup: Scaling) -> dict:
+    """A JSON-able summary of a configuration (what a report records).
+
+    Examples
+    --------
+    >>> from posenc_np.precision import describe
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> summary = describe(parse_scaling(8, scaling={"rope_type": "linear", "factor": 2.0}))
+    >>> summary["rope_type"], summary["rotary_dim"], summary["base"], summary["attention_factor"]
+    ('linear', 8, 10000.0, 1.0)
+    """
+    setup = _check_setup(setup)
+    return {"head_dim": setup.head_dim, "rotary_dim": setup.rotary_dim, "base": setup.base,
+            "rope_type": setup.rope_type, "scaling": setup.scaling,
+            "max_position_embeddings": setup.max_position_embeddings, "seq_len": setup.seq_len,
+            "attention_factor": setup.exact_frequencies()[1]}
+
+
+def read_hf_config(source: str | os.PathLike | dict, *, seq_len: int | None = None,
+                   layer_type: str | None = None) -> Scaling:
+    """The RoPE configuration (a :class:`~posenc_np.rope_scaling.Scaling` taken at ``seq_len``) of a
+    Hugging Face ``config.json`` (a path or an already parsed dict).
 
     The file is read by :func:`posenc_np.hf_config.read_hf_config`, the library's one reader of
     Hugging Face configurations (every spelling of the RoPE keys transformers 5.x accepts; a
     missing, unreadable, oversized or contradictory file is a ``ValueError`` naming the
-    problem). A model with one rope dict per layer type (Gemma 3) gives one setup per
+    problem). A model with one rope dict per layer type (Gemma 3) has one configuration per
     ``layer_type``; the first is taken unless one is named. A model without RoPE (ALiBi, T5,
     DeBERTa) is a ``ValueError``.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import read_hf_config
+    >>> config = {"model_type": "llama", "head_dim": 64, "rope_theta": 500000.0, "max_position_embeddings": 8192}
+    >>> setup = read_hf_config(config, seq_len=100)
+    >>> setup.rope_type, setup.rotary_dim, setup.base, setup.max_position_embeddings, setup.seq_len
+    ('default', 64, 500000.0, 8192, 100)
     """
     from .hf_config import read_hf_config as read
 
     config = read(source)
-    if config.family != "rope":
-        raise ValueError(f"{config.source}: model_type {config.model_type!r} uses {config.family} positions, "
-                         "not RoPE (no 'rope_theta')")
+    require(config.family == "rope", f"{config.source}: model_type {config.model_type!r} uses {config.family} "
+            "positions, not RoPE (no 'rope_theta')")
     layers = {r.layer_type: r for r in config.rope}
-    if layer_type is not None and layer_type not in layers:
-        raise ValueError(f"layer_type {layer_type!r} is not one of the config's {sorted(map(str, layers))}")
+    require(layer_type is None or layer_type in layers,
+            f"layer_type {layer_type!r} is not one of the config's {sorted(map(str, layers))}")
     r = layers[layer_type] if layer_type is not None else config.rope[0]
-    setup = RopeSetup(head_dim=r.dim_argument, base=r.base, scaling=r.scaling,
-                      max_position_embeddings=r.max_position_embeddings, seq_len=seq_len)
-    setup.frequencies()
-    return setup
+    return parse_scaling(r.head_dim, base=r.base, scaling=r.scaling, max_position_embeddings=r.max_position_embeddings,
+                         seq_len=seq_len)
 
 
 # --------------------------------------------------------------------------- emulations
@@ -245,7 +266,7 @@ def _hf_correction_dim(r, dim, base, L0):  # HF evaluates this in Python floats 
     return (dim * math.log(L0 / (r * 2 * math.pi))) / (2 * math.log(base))
 
 
-def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
+def hf_inv_freq(setup: Scaling) -> tuple[np.ndarray, bool]:
     """Hugging Face's float32 ``inv_freq`` for ``setup``, operation by operation; and whether it is emulated.
 
     ``default``/``mrope``, ``linear`` (``inv_freq /= factor``), ``dynamic`` (new base in Python
@@ -254,9 +275,19 @@ def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
     (float32 wavelengths, ``torch.where`` bands, smoothed blend) follow transformers' code in
     float32. Other types (``ntk``, ``proportional``) return the exact frequencies rounded to
     float32 and ``False``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import hf_inv_freq
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> inv, emulated = hf_inv_freq(parse_scaling(8))
+    >>> inv.dtype, inv.astype(np.float64).round(6).tolist(), emulated     # float32 1 / 10000**(2i/8)
+    (dtype('float32'), [1.0, 0.1, 0.01, 0.001], True)
+    >>> float(inv[1])                                        # 0.1 in float32
+    0.10000000149011612
     """
-    sc = setup.parsed()
-    rope_type, dim, base, v = sc.rope_type, sc.dim, sc.base, sc.values
+    rope_type, dim, base, v = _check_setup(setup).rope_type, setup.rotary_dim, setup.base, setup.values
     max_pos, seq_len = setup.max_position_embeddings, setup.seq_len
     if rope_type in ("default", "mrope"):
         return _hf_plain(dim, base), True
@@ -299,8 +330,9 @@ def hf_inv_freq(setup: RopeSetup) -> tuple[np.ndarray, bool]:
     return np.asarray(setup.frequencies()[0], dtype=np.float64).astype(_F32), False
 
 
-def hf_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, inv_freq_dtype: str = "float32",
-               position_dtype: str = "float32", angle_dtype: str = "float32", table_dtype: str = "float32"):
+def hf_cos_sin(positions: ArrayLike, inv_freq: ArrayLike, *, attention_factor: float = 1.0,
+               inv_freq_dtype: str = "float32", position_dtype: str = "float32", angle_dtype: str = "float32",
+               table_dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
     r"""Hugging Face's table pipeline with every dtype named; per-pair ``(cos, sin)`` in ``table_dtype``.
 
     1. ``inv_freq`` (float32, from :func:`hf_inv_freq`) rounded to ``inv_freq_dtype`` (a model
@@ -311,12 +343,35 @@ def hf_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, inv_freq_d
     5. the tables rounded to ``table_dtype`` (``cos.to(x.dtype)``).
 
     The defaults are ``LlamaRotaryEmbedding``; ``angle_dtype="float16"`` with float16
-    everywhere is GPT-NeoX's cache before EleutherAI/gpt-neox#1003 was fixed.
+    everywhere is GPT-NeoX's cache before EleutherAI/gpt-neox#1003 was fixed. ``inv_freq`` is 1-D
+    in ``[0, float32 max]`` (zero: an unrotated pair), ``attention_factor`` positive within
+    float32, ``|positions| < 2**53``; an angle that overflows the emulated dtype gives NaN
+    entries, as the emulated pipeline does.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import hf_cos_sin
+    >>> inv = np.float32([1.0, 0.1])
+    >>> cos, sin = hf_cos_sin([0, 1], inv)
+    >>> cos.dtype, cos.astype(np.float64).round(6).tolist()      # per pair: cos(p w)
+    (dtype('float32'), [[1.0, 1.0], [0.540302, 0.995004]])
+    >>> bool(np.array_equal(hf_cos_sin([2049], inv, position_dtype="float16")[0], hf_cos_sin([2048], inv)[0]))
+    True
     """
+    w = as_float_array(inv_freq, "inv_freq").astype(np.float64)
+    require(w.ndim == 1 and bool(np.all((w >= 0) & (w <= _F32_MAX))), "inv_freq must be a 1-D array of values in "
+            f"[0, {_F32_MAX:.6g}] (zero: a pair left unrotated), got shape {w.shape}")
+    require(check_real(attention_factor, "attention_factor", positive=True) <= _F32_MAX,
+            f"attention_factor must be at most float32's largest value {_F32_MAX:.6g}, got {attention_factor}")
+    pos = as_positions(positions)
+    require(float(np.max(np.abs(pos), initial=0)) < 2.0**53, "positions must satisfy |p| < 2**53")
+    check_alloc(pos.shape + w.shape, np.float64, "tables positions.shape + inv_freq.shape")
     store, r = _arith(angle_dtype)
-    w = round_to(round_to(np.asarray(inv_freq, dtype=_F32), inv_freq_dtype), angle_dtype).astype(store)
-    p = round_to(round_to(as_positions(positions), position_dtype), angle_dtype).astype(store)
-    angles = r(p[..., None] * w)
+    w = round_to(round_to(w.astype(_F32), inv_freq_dtype), angle_dtype).astype(store)
+    with np.errstate(over="ignore"):  # float16 positions and angles overflow to inf, as in the emulated pipeline
+        p = round_to(round_to(pos, position_dtype), angle_dtype).astype(store)
+        angles = r(p[..., None] * w)
     c, s = _cos_sin_of(angles, angle_dtype)
     if attention_factor != 1.0:
         f = round_to(np.float64(attention_factor), angle_dtype).astype(store)
@@ -324,45 +379,82 @@ def hf_cos_sin(positions, inv_freq, *, attention_factor: float = 1.0, inv_freq_d
     return round_to(c, table_dtype), round_to(s, table_dtype)
 
 
-def meta_freqs_cis(positions, inv_freq) -> np.ndarray:
+def meta_freqs_cis(positions: ArrayLike, inv_freq: ArrayLike) -> np.ndarray:
     """Meta's ``precompute_freqs_cis``: ``torch.polar(ones, outer(t, freqs))`` as complex64.
 
     ``freqs`` is float32 (:func:`hf_inv_freq`, the same formula), ``t`` an int64 ``arange``
     promoted to float32 by the outer product: the angles equal :func:`hf_cos_sin`'s.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import hf_cos_sin, meta_freqs_cis
+    >>> z = meta_freqs_cis([0, 1], np.float32([1.0, 0.1]))
+    >>> z.dtype, z[0].tolist()                               # position 0: e^(i 0) = 1
+    (dtype('complex64'), [(1+0j), (1+0j)])
+    >>> bool(np.array_equal(z.imag, hf_cos_sin([0, 1], np.float32([1.0, 0.1]))[1]))   # the same float32 angles
+    True
     """
     c, s = hf_cos_sin(positions, inv_freq)
     return (c + 1j * s).astype(np.complex64)
 
 
-def llama_cpp_cos_sin(positions, dim: int, base: float, *, freq_scale: float = 1.0, freq_factors=None,
-                      attention_factor: float = 1.0):
+def llama_cpp_cos_sin(positions: ArrayLike, dim: int, base: float, *, freq_scale: float = 1.0,
+                      freq_factors: ArrayLike | None = None,
+                      attention_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     r"""ggml's float32 rope cache (llama.cpp ``rope_cache_init``, no YaRN ramp).
 
     ``theta_scale = powf(base, -2.0f/dim)``; per position ``theta = (float) p`` and, pair after
     pair, ``cache = cosf(freq_scale * (theta / ff_i)) * mscale`` then ``theta *= theta_scale``.
     The angle of pair ``i`` carries ``i`` roundings of the recurrence on top of the float32
     position. ``freq_factors`` (``rope_freqs``: LongRoPE factors, LLaMA-3.1 factors) default to 1.
+    ``dim`` even; ``base``, ``freq_scale``, ``attention_factor`` and the factors finite, ``> 0`` and
+    within float32 (``base != 1``). Returns per-pair tables ``positions.shape + (dim // 2,)``, float32.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import llama_cpp_cos_sin
+    >>> cos, sin = llama_cpp_cos_sin([0, 1], 8, 10000.0)     # theta_scale = 10000**(-2/8)
+    >>> cos.dtype, cos.shape, cos[0].tolist()
+    (dtype('float32'), (2, 4), [1.0, 1.0, 1.0, 1.0])
+    >>> sin[1].astype(np.float64).round(6).tolist()          # sin(1), sin(0.1), sin(0.01), sin(0.001)
+    [0.841471, 0.099833, 0.01, 0.001]
     """
+    dim = check_even(dim, "dim")
+    for name, value in (("base", base), ("freq_scale", freq_scale), ("attention_factor", attention_factor)):
+        require(check_real(value, name, positive=True) <= _F32_MAX, f"{name} must be at most float32's largest "
+                f"value {_F32_MAX:.6g}, got {value}")
+    require(base != 1.0 and base >= _F32_TINY, f"base must differ from 1 and be a normal float32 (>= {_F32_TINY:.6g}), "
+            f"got {base}")
+    pos = as_positions(positions)
+    require(float(np.max(np.abs(pos), initial=0)) < 2.0**53, "positions must satisfy |p| < 2**53")
+    check_alloc(pos.shape + (dim // 2,), np.float64, "llama.cpp tables positions.shape + (dim // 2,)")
+    theta = pos.astype(_F32)
+    ff = np.ones(dim // 2) if freq_factors is None else as_float_array(freq_factors, "freq_factors").astype(np.float64)
+    require(ff.shape == (dim // 2,) and bool(np.all((ff >= _F32_TINY) & (ff <= _F32_MAX))), "freq_factors must hold "
+            f"dim // 2 = {dim // 2} values within float32's normal range, got shape {ff.shape}")
+    ff = ff.astype(_F32)
     theta_scale = _pow32(base, _F32(-2.0) / _F32(dim))
-    theta = as_positions(positions).astype(_F32)
-    ff = np.ones(dim // 2, dtype=_F32) if freq_factors is None else np.asarray(freq_factors, dtype=_F32)
     angles = np.empty(theta.shape + (dim // 2,), dtype=_F32)
-    for i in range(dim // 2):
-        angles[..., i] = _F32(freq_scale) * (theta / ff[i])
-        theta = theta * theta_scale
+    with np.errstate(over="ignore"):  # refused just below
+        for i in range(dim // 2):
+            angles[..., i] = _F32(freq_scale) * (theta / ff[i])
+            theta = theta * theta_scale
+    require(bool(np.all(np.isfinite(angles))), "the float32 angles overflow (positions, base, freq_scale and "
+            "freq_factors make |angle| > 3.4e38)")
     c, s = _cos_sin_of(angles, "float32")
     f = _F32(attention_factor)
     return (c * f, s * f) if attention_factor != 1.0 else (c, s)
 
 
-def _llama_cpp_params(setup: RopeSetup):
+def _llama_cpp_params(setup: Scaling):
     """``(dim, base, freq_scale, freq_factors)`` for llama.cpp, or None where this module does not emulate it."""
-    sc = setup.parsed()
-    rope_type, dim, base = sc.rope_type, sc.dim, sc.base
+    rope_type, dim, base = setup.rope_type, setup.rotary_dim, setup.base
     if rope_type in ("default", "mrope"):
         return dim, base, 1.0, None
     if rope_type == "linear":
-        return dim, base, 1.0 / sc.values["factor"], None
+        return dim, base, 1.0 / setup.values["factor"], None
     if rope_type in ("llama3", "longrope"):  # GGUF rope_freqs: the per-pair divisor, stored as float32
         plain = 1.0 / (base ** (np.arange(0, dim, 2) / dim))
         return dim, base, 1.0, plain / np.asarray(setup.frequencies()[0], dtype=np.float64)
@@ -375,7 +467,19 @@ def _llama_cpp_params(setup: RopeSetup):
 class Recipe:
     """A named pipeline: ``tables(setup, positions)`` gives per-pair ``(cos, sin)`` holding the emulated
     values; ``rotation`` is the dtype of the rotation arithmetic and ``output`` the dtype the
-    rotated vectors are stored in. ``source`` names the public code it emulates."""
+    rotated vectors are stored in. ``source`` names the public code it emulates.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import RECIPES
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> rec = RECIPES["exact-float32>bfloat16"]
+    >>> rec.table_dtype, rec.rotation, rec.output
+    ('float32', 'float32', 'bfloat16')
+    >>> cos, sin = rec.tables(parse_scaling(8), [0, 1])      # per pair
+    >>> cos.dtype, cos.shape, cos[0].tolist()
+    (dtype('float32'), (2, 4), [1.0, 1.0, 1.0, 1.0])
+    """
 
     name: str
     title: str
@@ -389,7 +493,7 @@ class Recipe:
 def _exact_recipe(dtype: str, output: str | None = None) -> Recipe:
     """Exact tables rounded once to ``dtype``, rotation in ``dtype``, result stored in ``output``."""
     def tables(setup, positions):
-        inv, af = setup.frequencies()
+        inv, af = setup.exact_frequencies()
         c, s = _exact.cos_sin(_exact.positions(positions), _exact.turn_constants(inv), amplitude=af)
         return round_to(c, dtype), round_to(s, dtype)
 
@@ -404,9 +508,10 @@ def _library_method(method: str, dtype: str):
     def tables(setup, positions):
         from . import rope
 
-        inv, af = setup.frequencies()
+        inv, af = setup.exact_frequencies()
         c, s = rope.cos_sin(positions, inv, attention_factor=af, dtype=dtype, method=method)
-        return c[..., :inv.size], s[..., :inv.size]
+        n = inv.rounded.size
+        return c[..., :n], s[..., :n]
 
     return tables
 
@@ -474,9 +579,20 @@ def _recipes() -> dict:
 RECIPES = _recipes()
 
 
-def recipe_names(dtype: str, setup: RopeSetup | None = None) -> list[str]:
-    """The recipes a report for model dtype ``dtype`` compares (llama.cpp only where emulated)."""
+def recipe_names(dtype: str, setup: Scaling | None = None) -> list[str]:
+    """The recipes a report for model dtype ``dtype`` compares (llama.cpp only where emulated).
+
+    Examples
+    --------
+    >>> from posenc_np.precision import recipe_names
+    >>> recipe_names("float32")
+    ['exact-float64', 'float64-direct', 'exact-float32', 'float32-split', 'hf-float32>float32',
+     'meta-complex64>float32', 'llama.cpp>float32']
+    >>> recipe_names("bfloat16")[-4:]
+    ['exact-float32>bfloat16', 'hf-inv_freq-bfloat16', 'hf-positions-bfloat16', 'angles-bfloat16']
+    """
     dtype = check_choice(dtype, "dtype", DTYPES)
+    setup = setup if setup is None else _check_setup(setup)
     names = ["exact-float64", "float64-direct", f"exact-{dtype}" if dtype != "float64" else "exact-float32"]
     if dtype == "float32":
         names.append("float32-split")
@@ -491,51 +607,119 @@ def recipe_names(dtype: str, setup: RopeSetup | None = None) -> list[str]:
 def _recipe(recipe) -> Recipe:
     if isinstance(recipe, Recipe):
         return recipe
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}")
+    require(recipe in RECIPES, f"unknown recipe {recipe!r}; expected one of {sorted(RECIPES)}")
     return RECIPES[recipe]
 
 
-def recipe_tables(recipe, setup: RopeSetup, positions) -> tuple[np.ndarray, np.ndarray]:
-    """Per-pair ``(cos, sin)`` of ``recipe`` (a name or :class:`Recipe`) at ``positions``, shape ``(..., n)``."""
-    return _recipe(recipe).tables(setup, positions)
+def recipe_tables(recipe: str | Recipe, setup: Scaling, positions: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair ``(cos, sin)`` of ``recipe`` (a name or :class:`Recipe`) at ``positions``, shape ``(..., n)``.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import recipe_tables
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> cos, sin = recipe_tables("hf-float32>float16", parse_scaling(8), [0, 1])
+    >>> cos.dtype, cos.shape, cos[0].tolist(), sin[0].tolist()
+    (dtype('float16'), (2, 4), [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    """
+    return _recipe(recipe).tables(_check_setup(setup), positions)
 
 
 # --------------------------------------------------------------------------- measurements
 
-def exact_tables(setup: RopeSetup, positions):
-    """The reference: exact ``f cos(p w)``, ``f sin(p w)`` as double-doubles ``(c_hi, c_lo, s_hi, s_lo)``."""
-    inv, af = setup.frequencies()
+def exact_tables(setup: Scaling, positions: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The reference: exact ``f cos(p w)``, ``f sin(p w)`` as double-doubles ``(c_hi, c_lo, s_hi, s_lo)``.
+
+    Examples
+    --------
+    >>> from posenc_np.precision import exact_tables
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> c_hi, c_lo, s_hi, s_lo = exact_tables(parse_scaling(4), [0, 1])   # frequencies 1, 0.01
+    >>> c_hi[0].tolist(), c_lo[0].tolist(), s_hi[0].tolist()
+    ([1.0, 1.0], [0.0, 0.0], [0.0, 0.0])
+    >>> (c_hi[1] + c_lo[1]).round(6).tolist()                 # cos(1), cos(0.01)
+    [0.540302, 0.99995]
+    """
+    inv, af = _check_setup(setup).exact_frequencies()
     return _exact.dd_cos_sin(_exact.positions(positions), _exact.turn_constants(inv), amplitude=af)
 
 
-def _error(values, hi, lo) -> np.ndarray:
-    """``|values - (hi + lo)|``; NaN (an overflowed float16 position, say) counts as an infinite error."""
+def entry_error(values: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """``|values - (hi + lo)|``; NaN (an overflowed float16 position, say) counts as an infinite error.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import entry_error
+    >>> entry_error(np.array([0.5, np.nan]), np.array([0.25, 1.0]), np.zeros(2)).tolist()
+    [0.25, inf]
+    """
     err = np.abs((values.astype(np.float64) - hi) - lo)
     return np.where(np.isnan(err), np.inf, err)
 
 
-def table_error(recipe, setup: RopeSetup, positions) -> np.ndarray:
-    """Largest ``|table - exact|`` over the pairs and both tables, per position (shape ``positions.shape``)."""
-    c, s = recipe_tables(recipe, setup, positions)
+def table_error(recipe: str | Recipe, setup: Scaling, positions: ArrayLike) -> np.ndarray:
+    """Largest ``|table - exact|`` over the pairs and both tables, per position (shape ``positions.shape``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import table_error
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> setup = parse_scaling(8)
+    >>> bool(np.all(table_error("exact-float64", setup, [0, 1000, 10**6]) <= 2.0**-53))   # within half an ulp of 1
+    True
+    >>> bool(table_error("angles-float16", setup, [3000])[0] > 1e-3)   # float16 angles: p*w rounded to 11 bits
+    True
+    """
+    c, s = recipe_tables(recipe, setup, positions)  # checks setup
     c_hi, c_lo, s_hi, s_lo = exact_tables(setup, positions)
-    return np.maximum(_error(c, c_hi, c_lo), _error(s, s_hi, s_lo)).max(axis=-1, initial=0.0)
+    return np.maximum(entry_error(c, c_hi, c_lo), entry_error(s, s_hi, s_lo)).max(axis=-1, initial=0.0)
 
 
-def _stored(x, dtype: str) -> np.ndarray:
-    """``x`` as a model holding it in ``dtype`` would (float64 array of those values)."""
+def stored(x: ArrayLike, dtype: str) -> np.ndarray:
+    """``x`` as a model holding it in ``dtype`` would (float64 array of those values).
+
+    Examples
+    --------
+    >>> from posenc_np.precision import stored
+    >>> stored([1 / 3, 257.0], "bfloat16").tolist()     # bfloat16 values, in float64
+    [0.333984375, 256.0]
+    """
     return round_to(x, dtype).astype(np.float64)
 
 
-def _rotate_recipe(rec: Recipe, stored, c, s):
-    """Rotate stored vectors (pairs ``(i, i + n)``, ``n = c.shape[-1]``) as ``rec`` does; float64 result."""
+def rotate_as(rec: Recipe, held: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Rotate stored vectors ``held`` (pairs ``(i, i + n)``, ``n = c.shape[-1]``) as ``rec`` does; float64 result.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import RECIPES, rotate_as
+    >>> held = np.array([[1.0, 2.0]])                   # one pair (0, 1)
+    >>> rotate_as(RECIPES["exact-float64"], held, np.array([[0.0]]), np.array([[1.0]])).tolist()   # by 90 degrees
+    [[-2.0, 1.0]]
+    >>> rotate_as(RECIPES["exact-bfloat16"], np.array([[257.0, 0.0]]), np.array([[1.0]]), np.array([[0.0]])).tolist()
+    [[256.0, 0.0]]
+    """
     n = c.shape[-1]
-    a, b = (round_to(v, rec.rotation) for v in (stored[..., :n], stored[..., n:2 * n]))  # exact: as wide or wider
+    a, b = (round_to(v, rec.rotation) for v in (held[..., :n], held[..., n:2 * n]))  # exact: as wide or wider
     y = np.concatenate(rotate(a, b, c, s, rec.rotation), axis=-1)
     return (y if rec.rotation == rec.output else round_to(y, rec.output)).astype(np.float64)
 
 
-def _rotate_exact(x, hi_lo):
+def rotate_exact(x: np.ndarray, hi_lo: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Rotate ``x`` (pairs ``(i, i + n)``) by the double-double tables of :func:`exact_tables`, in float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import exact_tables, rotate_exact
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]])
+    >>> rotate_exact(x, exact_tables(parse_scaling(4), [0])).tolist()    # position 0: the identity
+    [[1.0, 2.0, 3.0, 4.0]]
+    """
     c_hi, c_lo, s_hi, s_lo = hi_lo
     n = c_hi.shape[-1]
     a, b = x[..., :n], x[..., n:2 * n]
@@ -543,55 +727,98 @@ def _rotate_exact(x, hi_lo):
     return np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
 
 
-def apply_error(recipe, setup: RopeSetup, x, positions) -> np.ndarray:
+def _vectors(x: ArrayLike, name: str, positions: ArrayLike, setup: Scaling) -> np.ndarray:
+    """``x`` as float64 after checking its shape is ``positions.shape + (d,)`` with ``d >= rotary_dim``."""
+    x, shape = as_float_array(x, name).astype(np.float64), np.shape(as_positions(positions))
+    require(x.ndim == len(shape) + 1 and x.shape[:-1] == shape and x.shape[-1] >= setup.rotary_dim,
+            f"{name} must have shape positions.shape + (d,) = {shape} + (d,) with d >= rotary_dim = "
+            f"{setup.rotary_dim}, got {x.shape}")
+    return x
+
+
+def apply_error(recipe: str | Recipe, setup: Scaling, x: ArrayLike, positions: ArrayLike) -> np.ndarray:
     """Largest ``|rotated x - exact rotation|`` per position for ``x`` of shape ``positions.shape + (d,)``.
 
     ``x`` (float64) is first stored in the recipe's output dtype; the exact rotation is of that
     stored ``x``, so the figure is the rotation's error alone.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import apply_error
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> setup, x = parse_scaling(8), np.random.default_rng(0).standard_normal((3, 8))
+    >>> apply_error("exact-float64", setup, x, [0, 10, 10**6]).shape
+    (3,)
+    >>> bool(np.all(apply_error("exact-float64", setup, x, [0, 10, 10**6]) < 1e-15))
+    True
     """
-    rec = _recipe(recipe)
+    rec, setup = _recipe(recipe), _check_setup(setup)
     c, s = rec.tables(setup, positions)
-    stored = _stored(np.asarray(x, dtype=np.float64)[..., :2 * c.shape[-1]], rec.output)
-    err = np.abs(_rotate_recipe(rec, stored, c, s) - _rotate_exact(stored, exact_tables(setup, positions)))
+    held = stored(_vectors(x, "x", positions, setup)[..., :2 * c.shape[-1]], rec.output)
+    err = np.abs(rotate_as(rec, held, c, s) - rotate_exact(held, exact_tables(setup, positions)))
     return np.where(np.isnan(err), np.inf, err).max(axis=-1, initial=0.0)
 
 
-def logit_error(recipe, setup: RopeSetup, q, k, query_positions, key_positions) -> np.ndarray:
+def logit_error(recipe: str | Recipe, setup: Scaling, q: ArrayLike, k: ArrayLike, query_positions: ArrayLike,
+                key_positions: ArrayLike) -> np.ndarray:
     r"""``|logit - exact logit|`` with :math:`\mathrm{logit} = \langle R_m q, R_n k\rangle / \sqrt{d_{head}}`,
     for rows ``q[j]`` at ``query_positions[j]`` and ``k[j]`` at ``key_positions[j]`` (shape ``(L,)``).
 
     Vectors are stored in the recipe's output dtype and rotated in its arithmetic; the dot
     product itself is float64, so the figure is the positional error alone.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import logit_error
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> q, k = np.random.default_rng(0).standard_normal((2, 3, 8))
+    >>> err = logit_error("exact-float64", parse_scaling(8), q, k, [1, 10, 10**6], [0, 9, 10**6 - 1])
+    >>> err.shape, bool(np.all(err < 1e-14))
+    ((3,), True)
     """
-    rec = _recipe(recipe)
+    rec, setup = _recipe(recipe), _check_setup(setup)
     out = []
-    for vec, pos in ((q, query_positions), (k, key_positions)):
+    for vec, name, pos in ((q, "q", query_positions), (k, "k", key_positions)):
         c, s = rec.tables(setup, pos)
-        stored = _stored(np.asarray(vec, dtype=np.float64)[..., :2 * c.shape[-1]], rec.output)
-        out.append((_rotate_recipe(rec, stored, c, s), _rotate_exact(stored, exact_tables(setup, pos))))
+        held = stored(_vectors(vec, name, pos, setup)[..., :2 * c.shape[-1]], rec.output)
+        out.append((rotate_as(rec, held, c, s), rotate_exact(held, exact_tables(setup, pos))))
     (yq, eq), (yk, ek) = out
     err = np.abs(np.sum(yq * yk, axis=-1) - np.sum(eq * ek, axis=-1)) / math.sqrt(setup.head_dim)
     return np.where(np.isnan(err), np.inf, err)
 
 
-def invariance_breakage(recipe, setup: RopeSetup, shifts, *, window: int = 32, seed: int = 0) -> np.ndarray:
+def invariance_breakage(recipe: str | Recipe, setup: Scaling, shifts: ArrayLike, *, window: int = 32,
+                        seed: int = 0) -> np.ndarray:
     r"""Largest change of the logits :math:`\langle R_{m+s} q_m, R_{n+s} k_n\rangle/\sqrt{d}` against their
     exact value (which depends on :math:`m - n` only), for ``m, n < window``, per shift ``s``.
 
     ``q``, ``k``: standard normal, seeded by ``seed``, one vector per position of the window.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.precision import invariance_breakage
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> err = invariance_breakage("exact-float64", parse_scaling(8), [0, 10**6], window=4)
+    >>> err.shape, bool(np.all(err < 1e-14))
+    ((2,), True)
     """
-    rec = _recipe(recipe)
+    rec, setup = _recipe(recipe), _check_setup(setup)
     window = check_int(window, "window", minimum=1)
-    d = 2 * setup.pairs
+    d = setup.rotary_dim
     rng = np.random.default_rng(seed)
     q, k = rng.standard_normal((window, d)), rng.standard_normal((window, d))
     base = np.arange(window)
-    sq, sk = _stored(q, rec.output), _stored(k, rec.output)
+    sq, sk = stored(q, rec.output), stored(k, rec.output)
     ref = exact_tables(setup, base)  # exact logits of the stored vectors, at the unshifted positions
-    exact = _rotate_exact(sq, ref) @ _rotate_exact(sk, ref).T
+    exact = rotate_exact(sq, ref) @ rotate_exact(sk, ref).T
     out = []
-    for shift in np.asarray(shifts, dtype=np.int64).reshape(-1):
+    shifts = as_int_array(shifts if np.size(shifts) else np.zeros(0, np.int64), "shifts").reshape(-1)  # [] is float
+    require(bool(np.all(np.abs(shifts) < 2**53 - window)), f"shifts must satisfy |s| < 2**53 - window, got {shifts}")
+    for shift in shifts:
         c, s = rec.tables(setup, base + int(shift))
-        err = np.abs(_rotate_recipe(rec, sq, c, s) @ _rotate_recipe(rec, sk, c, s).T - exact).max()
+        err = np.abs(rotate_as(rec, sq, c, s) @ rotate_as(rec, sk, c, s).T - exact).max()
         out.append(np.inf if np.isnan(err) else float(err) / math.sqrt(setup.head_dim))
     return np.array(out)

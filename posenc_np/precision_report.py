@@ -30,6 +30,7 @@ vectors stored in ``D`` and rotated in the recipe's arithmetic.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import hashlib
 import json
@@ -39,26 +40,29 @@ import platform
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from itertools import pairwise
 
 import numpy as np
 
 from . import _exact
 from ._checks import check_choice, check_int, check_real
+from ._files import read_bounded
 from ._version import __version__
 from .precision import (
     DTYPES,
     RECIPES,
-    RopeSetup,
-    _error,
-    _rotate_exact,
-    _rotate_recipe,
-    _stored,
+    describe,
+    entry_error,
     exact_tables,
     invariance_breakage,
     read_hf_config,
     recipe_names,
+    rotate_as,
+    rotate_exact,
+    stored,
 )
+from .rope_scaling import Scaling, parse_scaling
 
 __all__ = ["DELTAS", "OUTPUTS", "PER_BIN", "QK_PAIRS", "STEADY_SCAN", "report", "run_cli", "write_report"]
 
@@ -73,6 +77,10 @@ STEADY_SCAN = 1 << 16
 #: Files a report writes, in this order (``precision.json`` last: it is the manifest).
 OUTPUTS = ("precision.png", "precision.md", "precision.json")
 TOOL = "posenc-np precision"
+#: Positions scanned per block (each block builds its tables).
+SCAN_BLOCK = 8192
+#: Largest earlier output read back (to hash it, or to read the files ``precision.json`` lists).
+MAX_OUTPUT_BYTES = 64 << 20
 _BAND_EDGES = (0, 4096, 32768, 131072, 1048576, 10 ** 7, 10 ** 8, 10 ** 9, 2 ** 53)
 _SHIFTS = (0, 10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6, 9 * 10 ** 6, 10 ** 8, 10 ** 9)
 _BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
@@ -105,9 +113,9 @@ def sample_positions(max_position: int, *, seed: int = 0) -> tuple[np.ndarray, n
 
 # --------------------------------------------------------------------------- shared measurement core
 
-def _qk(setup: RopeSetup, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _qk(setup: Scaling, seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed + 1)
-    d = 2 * setup.pairs
+    d = setup.rotary_dim
     return rng.standard_normal((QK_PAIRS, d)), rng.standard_normal((QK_PAIRS, d))
 
 
@@ -121,12 +129,13 @@ def _errors_at(rec, setup, queries, ref, rows, tables, vectors, cache):
     c, s = tables
     c_hi, c_lo, s_hi, s_lo = ref
     r = rows(queries)
-    table = np.maximum(_error(c[r], c_hi[r], c_lo[r]), _error(s[r], s_hi[r], s_lo[r])).max(axis=-1, initial=0.0)
+    table = np.maximum(entry_error(c[r], c_hi[r], c_lo[r]), entry_error(s[r], s_hi[r], s_lo[r])).max(axis=-1,
+                                                                                                    initial=0.0)
     if rec.output not in cache:  # the stored vectors at every grid row, rotated exactly
-        stored = [_stored(v, rec.output)[:, None, :] for v in vectors]
-        cache[rec.output] = [(st, _rotate_exact(st, ref)) for st in stored]
+        held = [stored(v, rec.output)[:, None, :] for v in vectors]
+        cache[rec.output] = [(st, rotate_exact(st, ref)) for st in held]
     (sq, eq), (sk, ek) = cache[rec.output]
-    yq, yk = _rotate_recipe(rec, sq, c, s), _rotate_recipe(rec, sk, c, s)
+    yq, yk = rotate_as(rec, sq, c, s), rotate_as(rec, sk, c, s)
     logit = np.zeros(queries.size)
     for delta in DELTAS:
         ok = queries >= delta
@@ -156,7 +165,7 @@ def _direct_reference(setup, positions):
 
 # --------------------------------------------------------------------------- bounds
 
-def _table_bound(name: str, setup: RopeSetup, max_position: int) -> float | None:
+def _table_bound(name: str, setup: Scaling, max_position: int) -> float | None:
     """A position-independent bound on a table entry's error, or None if the recipe's error grows."""
     inv, af = setup.frequencies()
     amp = max(af, 1.0)
@@ -169,7 +178,7 @@ def _table_bound(name: str, setup: RopeSetup, max_position: int) -> float | None
     return None
 
 
-def _logit_bound(name: str, setup: RopeSetup, max_position: int, q, k) -> float | None:
+def _logit_bound(name: str, setup: Scaling, max_position: int, q, k) -> float | None:
     """Table bound ``T`` -> logit bound: each rotated pair is within ``sqrt(2) (2T + 3u f)|x|`` of exact."""
     t = _table_bound(name, setup, max_position)
     if t is None:
@@ -212,7 +221,7 @@ def _sampled(setup, names, samples, vectors, tick):
     return out
 
 
-def _scan(setup, limits, thresholds, vectors, tick, block=8192):
+def _scan(setup, limits, thresholds, vectors, tick, block=SCAN_BLOCK):
     """First position below ``limits[name]`` past each threshold, per recipe:
     ``{name: {"table": (p, err) | None, "logit": ...}}``."""
     first = {name: {"table": None, "logit": None} for name in limits}
@@ -254,11 +263,21 @@ def _where_first(key, bound, scan_limit, found, sampled_err, samples, thresholds
     return {"position": None, "how": "not found", "scanned_below": scan_limit, "samples": int(samples.size)}
 
 
-def report(setup: RopeSetup, dtype: str, max_position: int, *, table_threshold: float = 1e-3,
-           logit_threshold: float = 1e-2, scan_limit: int = 2 ** 18, seed: int = 0, progress=None) -> dict:
+def report(setup: Scaling, dtype: str, max_position: int, *, table_threshold: float = 1e-3,
+           logit_threshold: float = 1e-2, scan_limit: int = 2 ** 18, seed: int = 0,
+           progress: Callable[..., object] | None = None) -> dict:
     """Measure every recipe for ``setup`` in model dtype ``dtype`` up to ``max_position``; a JSON-ready dict.
 
     ``progress(n, **info)`` is called as work finishes (``n`` of :func:`work_units` units).
+
+    Examples
+    --------
+    >>> from posenc_np.precision_report import report
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> units = []
+    >>> result = report(parse_scaling(8), "float32", 32, scan_limit=0, progress=lambda n, **info: units.append(n))
+    >>> [r["name"] for r in result["recipes"]][:3], result["recipes"][0]["first"]["table"]["how"], sum(units)
+    (['exact-float64', 'float64-direct', 'exact-float32'], 'never', 14)
     """
     dtype = check_choice(dtype, "dtype", DTYPES)
     max_position = check_int(max_position, "max_position", minimum=1)
@@ -301,7 +320,7 @@ def report(setup: RopeSetup, dtype: str, max_position: int, *, table_threshold: 
                                       errors[k], samples, thresholds) for k in ("table", "logit")},
             "invariance": [{"shift": s, "logit": _num(v)} for s, v in zip(shifts, invariance)],
         })
-    return {"tool": TOOL, "version": __version__, "setup": setup.describe(), "dtype": dtype,
+    return {"tool": TOOL, "version": __version__, "setup": describe(setup), "dtype": dtype,
             "max_position": max_position, "thresholds": thresholds, "scan_limit": scan_limit, "seed": seed,
             "deltas": list(DELTAS), "qk_pairs": QK_PAIRS, "samples": int(samples.size), "recipes": recipes,
             "meta": {"elapsed_seconds": round(time.perf_counter() - t0, 2), "python": platform.python_version(),
@@ -309,7 +328,7 @@ def report(setup: RopeSetup, dtype: str, max_position: int, *, table_threshold: 
                      "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}}
 
 
-def work_units(dtype: str, setup: RopeSetup, max_position: int, scan_limit: int) -> int:
+def work_units(dtype: str, setup: Scaling, max_position: int, scan_limit: int) -> int:
     """How many ``progress`` units :func:`report` reports."""
     n = len(recipe_names(dtype, setup))
     return 2 * n + -(-min(scan_limit, max_position + 1) // 8192)
@@ -427,18 +446,16 @@ def plot(result: dict, path) -> bool:
 
 
 def _sha256(path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    return hashlib.sha256(read_bounded(path, MAX_OUTPUT_BYTES, "precision output")).hexdigest()
 
 
 def _ours(out: str) -> dict:
     """``{file: sha256}`` that an earlier report in ``out`` wrote (its ``precision.json`` lists them)."""
     try:
-        with open(os.path.join(out, "precision.json"), "rb") as fh:
-            data = json.loads(fh.read(1 << 24))
+        data = json.loads(read_bounded(os.path.join(out, "precision.json"), MAX_OUTPUT_BYTES))
         files = data.get("files", {}) if data.get("tool") == TOOL else {}
         return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
-    except (OSError, ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return {}
 
 
@@ -471,10 +488,25 @@ def _atomic_write(path: str, write) -> bool:
             os.unlink(tmp)
 
 
-def write_report(result: dict, out, *, force: bool = False) -> list[str]:
+def write_report(result: dict, out: str | os.PathLike, *, force: bool = False) -> list[str]:
     """Write ``precision.png`` (if matplotlib is installed), ``precision.md`` and ``precision.json`` into
     ``out`` atomically; refuse to overwrite files this tool did not write unless ``force``.
-    Returns the paths written."""
+    Returns the paths written.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from posenc_np.precision_report import report, write_report
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> result = report(parse_scaling(8), "float32", 32, scan_limit=0)
+    >>> with tempfile.TemporaryDirectory() as out:      # a precision.md this tool did not write is kept
+    ...     with open(os.path.join(out, "precision.md"), "w") as fh:
+    ...         _ = fh.write("my notes")
+    ...     write_report(result, out)
+    Traceback (most recent call last):
+    ...
+    ValueError: ...precision.md exists and was not written by posenc-np precision (or was changed since); remove it...
+    """
     out = os.fspath(out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"--out {out} exists and is not a directory")
@@ -508,12 +540,13 @@ def write_report(result: dict, out, *, force: bool = False) -> list[str]:
 
 # --------------------------------------------------------------------------- command line
 
-def _setup_from_args(args) -> tuple[RopeSetup, int]:
+def _setup_from_args(args) -> tuple[Scaling, int]:
     try:
         if args.hf_config is not None:
-            setup = read_hf_config(args.hf_config)
+            r = read_hf_config(args.hf_config)
             if args.base is not None or args.scaling is not None:
                 raise ValueError("--base/--scaling go with --head-dim, not with --hf-config")
+            head_dim, base, scaling, max_pos = r.head_dim, r.base, r.scaling, r.max_position_embeddings
         else:
             scaling = None
             if args.scaling is not None:
@@ -521,22 +554,37 @@ def _setup_from_args(args) -> tuple[RopeSetup, int]:
                     scaling = json.loads(args.scaling)
                 except json.JSONDecodeError as exc:
                     raise ValueError(f"--scaling is not valid JSON: {exc}") from None
-            setup = RopeSetup(head_dim=check_int(args.head_dim, "--head-dim", minimum=2),
-                              base=10000.0 if args.base is None else check_real(args.base, "--base", positive=True),
-                              scaling=scaling, max_position_embeddings=args.max_position_embeddings)
-        max_position = args.max_position if args.max_position is not None else setup.max_position_embeddings
+                except RecursionError:
+                    raise ValueError("--scaling nests too deeply to parse (a rope dict holds numbers, strings "
+                                     "and lists)") from None
+            head_dim = check_int(args.head_dim, "--head-dim", minimum=2)
+            base = 10000.0 if args.base is None else check_real(args.base, "--base", positive=True)
+            max_pos = args.max_position_embeddings
+        max_position = args.max_position if args.max_position is not None else max_pos
         if max_position is None:
             raise ValueError("--max-position is needed (the configuration has no max_position_embeddings)")
-        setup = RopeSetup(setup.head_dim, setup.base, setup.scaling,
-                          args.max_position_embeddings or setup.max_position_embeddings, seq_len=max_position)
-        setup.frequencies()
+        setup = parse_scaling(head_dim, base=base, scaling=scaling,
+                              max_position_embeddings=args.max_position_embeddings or max_pos, seq_len=max_position)
+        setup.exact_frequencies()
         return setup, max_position
     except TypeError as exc:  # a wrongly typed value in the configuration
         raise ValueError(str(exc)) from None
 
 
-def run_cli(args) -> int:
-    """Entry point of ``posenc-np precision``."""
+def run_cli(args: argparse.Namespace) -> int:
+    """Entry point of ``posenc-np precision``.
+
+    Examples
+    --------
+    >>> import argparse
+    >>> from posenc_np.precision_report import run_cli
+    >>> args = argparse.Namespace(hf_config=None, head_dim=8, base=None, scaling=None, max_position_embeddings=None,
+    ...                           max_position=None, dtype="float32", out="precision-out")   # as parsed from the CLI
+    >>> run_cli(args)                                    # no --max-position, and no max_position_embeddings
+    Traceback (most recent call last):
+    ...
+    ValueError: --max-position is needed (the configuration has no max_position_embeddings)
+    """
     setup, max_position = _setup_from_args(args)
     out = os.fspath(args.out)
     if os.path.exists(out) and not os.path.isdir(out):

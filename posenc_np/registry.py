@@ -32,13 +32,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._checks import check_choice, check_even, check_int, check_real
-from ._table_checks import check_fraction
+from ._checks import check_choice, check_even, check_int, check_real, require
 
-__all__ = ["REGISTRY", "Encoding", "Option", "RotaryTables"]
+if TYPE_CHECKING:  # annotations only: model imports this module
+    from ._exact import ExactFrequencies
+    from .model import KVCache, ModelConfig
+
+__all__ = ["BUILTIN", "REGISTRY", "Encoding", "Option", "RotaryTables", "register", "registered"]
 
 #: Where an encoding acts in the model.
 ACTS = ("none", "embedding", "rotation", "logits")
@@ -48,7 +52,18 @@ ACTS = ("none", "embedding", "rotation", "logits")
 class Option:
     """A ``position_options`` key: its ``default`` (a value, or ``default(cfg)``), an optional
     ``check(value, name) -> value`` (``name`` is ``"position_options['key']"``), and ``when(cfg)``:
-    the configurations that take it (others reject the key as unknown)."""
+    the configurations that take it (others reject the key as unknown).
+
+    Examples
+    --------
+    >>> from posenc_np.model import ModelConfig
+    >>> from posenc_np.registry import Encoding, Option
+    >>> demo = Encoding("demo", "none", "a demo", {"width": Option(lambda cfg: cfg.d_model // 2)})
+    >>> demo.resolve(ModelConfig(vocab_size=8, d_model=64))      # default(cfg)
+    {'width': 32}
+    >>> demo.resolve(ModelConfig(vocab_size=8, position_options={"width": 5}))
+    {'width': 5}
+    """
 
     default: object = None
     check: Callable | None = None
@@ -57,7 +72,18 @@ class Option:
 
 @dataclass(frozen=True)
 class Encoding:
-    """One encoding as the model uses it (see the module docstring)."""
+    """One encoding as the model uses it (see the module docstring).
+
+    Examples
+    --------
+    >>> from posenc_np.model import ModelConfig
+    >>> from posenc_np.registry import REGISTRY
+    >>> t5 = REGISTRY["t5"]
+    >>> t5.acts, t5.absolute
+    ('logits', False)
+    >>> t5.resolve(ModelConfig(vocab_size=8, position="t5", position_options={"num_buckets": 16}))
+    {'num_buckets': 16, 'max_distance': 128}
+    """
 
     name: str
     acts: str
@@ -77,13 +103,12 @@ class Encoding:
         """Whether the encoding is fused with the token embedding (``ModelConfig.fusion`` applies)."""
         return self.acts == "embedding"
 
-    def resolve(self, cfg) -> dict:
+    def resolve(self, cfg: ModelConfig) -> dict:
         """``cfg.position_options`` with the defaults filled in and every checked option checked."""
         given = dict(cfg.position_options)
         taken = {k: o for k, o in self.options.items() if o.when is None or o.when(cfg)}
         unknown = sorted(set(given) - set(taken))
-        if unknown:
-            raise ValueError(f"unknown position_options for {self.name!r}: {unknown}")
+        require(not unknown, f"unknown position_options for {self.name!r}: {unknown}")
         out = {}
         for key, opt in taken.items():
             value = given[key] if key in given else (opt.default(cfg) if callable(opt.default) else opt.default)
@@ -103,6 +128,12 @@ def _choice(choices):
 
 def _positive_int(value, name):
     return check_int(value, name, minimum=1)
+
+
+def _fraction(value, name):
+    p = check_real(value, name, nonnegative=True)
+    require(p <= 1.0, f"{name} must lie in [0, 1] (the fraction of frequencies kept), got {p}")
+    return p
 
 
 def _randomized_max_len(value, name):
@@ -125,8 +156,7 @@ def _d_pos(cfg, options) -> int:
     """The position vector's width: ``d_model``, or option ``dim`` (< d_model) for ``concat``."""
     if cfg.fusion != "concat":
         return cfg.d_model
-    if options["dim"] >= cfg.d_model:
-        raise ValueError(f"concat position dim ({options['dim']}) must be < d_model ({cfg.d_model})")
+    require(options["dim"] < cfg.d_model, f"concat position dim ({options['dim']}) must be < d_model ({cfg.d_model})")
     return options["dim"]
 
 
@@ -135,9 +165,9 @@ def _learned(cfg, options, rng):
     ``multiply`` it starts at ``1 + N(0, sigma^2)`` (the identity of the product)."""
     from . import absolute
 
-    if (options["randomized_max_len"] or 0) > cfg.max_len:
-        raise ValueError(f"position_options['randomized_max_len'] ({options['randomized_max_len']}) must be <= max_len "
-                         f"({cfg.max_len}), the rows of the learned table the sampled positions index")
+    require((options["randomized_max_len"] or 0) <= cfg.max_len, f"position_options['randomized_max_len'] "
+            f"({options['randomized_max_len']}) must be <= max_len ({cfg.max_len}), the rows of the learned table the "
+            "sampled positions index")
     table = absolute.LearnedPositionalEmbedding(cfg.max_len, _d_pos(cfg, options), seed=rng, init_std=cfg.init_std)
     w = table.params["weight"].astype(np.dtype(cfg.dtype))
     if cfg.fusion == "multiply":
@@ -154,10 +184,10 @@ class SinusoidTable:
     def __init__(self, dim: int, base: float, layout: str, dtype):
         from . import absolute
 
-        if dim % 2:
-            raise ValueError(f"the sinusoidal width must be even, got {dim}")
+        require(dim % 2 == 0, f"the sinusoidal width must be even, got {dim}")
         self._absolute, self.dim, self.layout, self.dtype = absolute, dim, layout, np.dtype(dtype)
-        self.freqs = absolute.sinusoidal_frequencies(dim, base=base)
+        absolute.sinusoidal_frequencies(dim, base=base)  # the door's checks of dim and base
+        self.freqs = absolute.geometric_frequencies(dim, float(base))
         self.params, self.grads = {}, {}
         self._rows = np.zeros((0, dim), dtype=self.dtype)
 
@@ -166,10 +196,10 @@ class SinusoidTable:
         end = int(positions[-1]) + 1 if positions.size else 0
         if positions.size and positions[0] >= 0 and np.array_equal(positions, np.arange(positions[0], end)):
             if end > len(self._rows):
-                new = self._absolute._sinusoid(np.arange(len(self._rows), end), self.freqs, self.layout)
+                new = self._absolute.sinusoid_rows(np.arange(len(self._rows), end), self.freqs, self.layout)
                 self._rows = np.concatenate([self._rows, new.astype(self.dtype)])
             return self._rows[positions[0]:end]
-        return self._absolute._sinusoid(positions, self.freqs, self.layout).astype(self.dtype)
+        return self._absolute.sinusoid_rows(positions, self.freqs, self.layout).astype(self.dtype)
 
     def backward(self, dp) -> None:
         """Nothing to learn."""
@@ -191,6 +221,17 @@ class RotaryTables:
     arrays for both unless xPos scales them): the values of :func:`posenc_np.rope.cos_sin` (or
     :func:`~posenc_np.rope.xpos_cos_sin`) for exactly these positions, since every entry is a
     function of its own position only.
+
+    Examples
+    --------
+    >>> from posenc_np.model import ModelConfig
+    >>> from posenc_np.registry import REGISTRY, RotaryTables
+    >>> cfg = ModelConfig(vocab_size=8, d_model=8, n_heads=2, position="rope", dtype="float64")
+    >>> (cos, sin), _ = RotaryTables(cfg, REGISTRY["rope"].resolve(cfg)).tables(0, 3)
+    >>> cos.shape, cos[0].tolist()        # 3 positions x head_dim 4; position 0: cos 0 = 1
+    ((3, 4), [1.0, 1.0, 1.0, 1.0])
+    >>> sin[1].round(6).tolist()          # position 1, half layout, inv_freq (1, 10000**-0.5): sin 1, sin 0.01
+    [0.841471, 0.01, 0.841471, 0.01]
     """
 
     def __init__(self, cfg, options, *, xpos_scale_base: float | None = None):
@@ -199,8 +240,8 @@ class RotaryTables:
         self._rope = rope
         self.layout, self.dtype = options["layout"], np.dtype(cfg.dtype)
         rotary_dim = options["rotary_dim"]
-        if rotary_dim % 2 or rotary_dim > cfg.head_dim:
-            raise ValueError(f"rotary_dim must be even and <= head_dim={cfg.head_dim}, got {rotary_dim}")
+        require(rotary_dim % 2 == 0 and rotary_dim <= cfg.head_dim,
+                f"rotary_dim must be even and <= head_dim={cfg.head_dim}, got {rotary_dim}")
         self.scaling = rope_scaling.parse_scaling(rotary_dim, base=options["base"], scaling=options["scaling"],
                                           max_position_embeddings=options["max_position_embeddings"])
         self.xpos_scale_base = xpos_scale_base
@@ -210,15 +251,16 @@ class RotaryTables:
         self._tables = None  # this call's
         self.frequencies(cfg.max_len)  # evaluate the formula once now: errors at construction, not first forward
 
-    def frequencies(self, seq_len: int):
+    def frequencies(self, seq_len: int) -> tuple[ExactFrequencies | np.ndarray, float]:
         """``(inv_freq, attention_factor)`` for a length, computed once per length key."""
         key = self.scaling.length_key(seq_len)
         if self._freqs is None or self._freqs[0] != key:
-            inv_freq, factor = self.scaling.frequencies(seq_len)
-            self._freqs = (key, (self._rope._p_rope(inv_freq, self.p) if self.p != 1.0 else inv_freq, factor))
+            inv_freq, factor = self.scaling.exact_frequencies(seq_len)
+            self._freqs = (key, (self._rope.zero_low_frequencies(inv_freq.rounded, self.p) if self.p != 1.0
+                                 else inv_freq, factor))
         return self._freqs[1]
 
-    def begin(self, start: int, length: int, cache, positions=None) -> None:
+    def begin(self, start: int, length: int, cache: KVCache | None, positions: np.ndarray | None = None) -> None:
         """Tables for this call; cached keys rotated with other frequencies are moved to the current ones.
 
         ``positions`` (sorted, without a cache): tables for exactly these positions instead of
@@ -229,6 +271,7 @@ class RotaryTables:
             self._tables = (pairs[0], pairs[-1])
             return
         freq, _ = self.frequencies(start + length)
+        freq = freq.rounded if isinstance(freq, self._rope.ExactFrequencies) else freq
         if cache is not None:
             old = cache.extra.get("inv_freq")
             if old is not None and not np.array_equal(old, freq):
@@ -237,16 +280,18 @@ class RotaryTables:
             cache.extra["inv_freq"] = freq
         self._tables = self.tables(start, length)
 
-    def rotate(self, q, k, *, inverse: bool = False, in_place: bool = False):
+    def rotate(self, q: np.ndarray, k: np.ndarray, *, inverse: bool = False,
+               in_place: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Rotate ``q`` and ``k`` by the tables of :meth:`begin` (``inverse``: the backward;
         ``in_place``: into ``q`` and ``k``, which the caller owns)."""
         (cq, sq), (ck, sk) = self._tables
         rope, layout = self._rope, self.layout
         out_q, out_k = (q, k) if in_place else (None, None)
         if cq is ck:
-            return rope._rotate_qk(q, k, cq, sq, layout, inverse, "auto", out_q, out_k)
-        return rope._rotate(q, cq, sq, layout, inverse, "auto", out_q), rope._rotate(k, ck, sk, layout, inverse, "auto",
-                                                                                      out_k)
+            return rope.rotate_qk(q, k, cq, sq, layout, inverse, "auto", out_q, out_k)
+        q = rope.rotate(q, cq, sq, layout, inverse, "auto", out_q)
+        k = rope.rotate(k, ck, sk, layout, inverse, "auto", out_k)
+        return q, k
 
     def _compute(self, positions, inv_freq, factor) -> list:
         """``[(cos, sin)]`` (RoPE) or ``[(cos_q, sin_q), (cos_k, sin_k)]`` (xPos) for ``positions``."""
@@ -256,7 +301,7 @@ class RotaryTables:
         return [self._rope.xpos_cos_sin(positions, inv_freq, role=role, centre="none", scale_base=self.xpos_scale_base,
                                         layout=self.layout, dtype=self.dtype) for role in ("query", "key")]
 
-    def tables(self, start: int, length: int):
+    def tables(self, start: int, length: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
         """Tables for positions ``start .. start+length-1`` (see the class docstring)."""
         inv_freq, factor = self.frequencies(start + length)
         key, end = self.scaling.length_key(start + length), start + length
@@ -280,8 +325,7 @@ def _rotary(cfg, options, rng):
 
 
 def _xpos(cfg, options, rng):
-    if options["scaling"] is not None:
-        raise ValueError("xpos does not take a RoPE scaling dict here")
+    require(options["scaling"] is None, "xpos does not take a RoPE scaling dict here")
     return RotaryTables(cfg, options, xpos_scale_base=options["scale_base"])
 
 
@@ -292,7 +336,7 @@ _ROTARY = {
     "layout": Option("half", _choice(("half", "interleaved"))),
     "rotary_dim": Option(lambda cfg: cfg.head_dim, lambda v, name: check_int(v, name, minimum=2)),
     "max_position_embeddings": Option(lambda cfg: cfg.max_len, _positive_int),
-    "p": Option(1.0, check_fraction),  # p-RoPE (Barbero et al. 2024): keep the highest fraction p of the frequencies
+    "p": Option(1.0, _fraction),  # p-RoPE (Barbero et al. 2024): keep the highest fraction p of the frequencies
     "randomized_max_len": _RANDOMIZED,
 }
 
@@ -308,7 +352,7 @@ def _alibi_hook(cfg, options, rng):
 def _alibi_attention(q, k, v, *, causal, hook, scale):
     from . import alibi
 
-    return alibi._attention(q, k, v, hook.slopes, causal, scale, "auto")
+    return alibi.attend(q, k, v, hook.slopes, causal, scale, "auto")
 
 
 def _alibi_attention_backward(dout, cache):
@@ -335,9 +379,8 @@ def _shaw(cfg, options, rng):
 
 
 def _transformer_xl(cfg, options, rng):
-    if not cfg.causal:
-        raise ValueError("transformer_xl needs causal=True: its rel_shift fills future-key logits with values "
-                         "of the next query row, which only the causal mask hides")
+    require(cfg.causal, "transformer_xl needs causal=True: its rel_shift fills future-key logits with values "
+            "of the next query row, which only the causal mask hides")
     return _relative().TransformerXLRelative(cfg.n_heads, cfg.head_dim, options["d_r"], seed=rng,
                                              init_std=cfg.init_std)
 
@@ -365,6 +408,8 @@ def _fire(cfg, options, rng):
 def _dpb(cfg, options, rng):
     return _relative().DynamicPositionBias(cfg.n_heads, width=options["width"], depth=options["depth"],
                                            log_distance=options["log_distance"], seed=rng)
+
+
 def _kerple(cfg, options, rng):
     return _relative().KerpleBias(cfg.n_heads, variant=options["variant"], seed=rng)
 
@@ -390,7 +435,7 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
              _sinusoidal),
     Encoding("rope", "rotation", "rotates q and k per head (any Hugging Face scaling dict)", _ROTARY, _rotary),
     Encoding("p_rope", "rotation", "RoPE keeping the highest fraction p of the frequencies (default 0.25), the "
-             "rest unrotated (Barbero et al. 2024)", {**_ROTARY, "p": Option(0.25, check_fraction)}, _rotary),
+             "rest unrotated (Barbero et al. 2024)", {**_ROTARY, "p": Option(0.25, _fraction)}, _rotary),
     Encoding("xpos", "rotation", "RoPE with the xPos scale, centre 'none'",
              {**_ROTARY, "scale_base": Option(512.0, _positive_real)}, _xpos),
     Encoding("alibi", "logits", "linear bias -m_h (q - k) (symmetric in the encoder), fixed slopes; the fused "
@@ -400,7 +445,8 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
              {"num_buckets": Option(32), "max_distance": Option(128)}, _t5),
     Encoding("shaw", "logits", "relative keys and values clipped at max_relative_position",
              {"max_relative_position": Option(16), "use_values": Option(True)}, _shaw),
-    Encoding("transformer_xl", "logits", "u, v and W_r R terms with rel_shift", {"d_r": Option(lambda cfg: cfg.d_model)},
+    Encoding("transformer_xl", "logits", "u, v and W_r R terms with rel_shift",
+             {"d_r": Option(lambda cfg: cfg.d_model)},
              _transformer_xl, decoder_only=True),
     Encoding("deberta", "logits", "disentangled c2p + p2c, logits scaled by 1/sqrt(d (1 + terms))",
              {"max_relative_positions": Option(lambda cfg: cfg.max_len), "position_buckets": Option(-1),
@@ -419,7 +465,8 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
              "layer, projected onto r >= 0.01 (power: r2 <= 2)", {"variant": Option("log", _choice(("log", "power")))},
              _kerple),
     Encoding("sandwich", "logits", "parameter-free bias: inner product of d'-wide sinusoids minus d'/2, divided by "
-             "8h/H per head", {"dim": Option(128, _even_int), "compression": Option("alibi", _choice(("alibi", "none")))},
+             "8h/H per head",
+             {"dim": Option(128, _even_int), "compression": Option("alibi", _choice(("alibi", "none")))},
              _sandwich),
 )}
 
@@ -427,3 +474,60 @@ REGISTRY: dict[str, Encoding] = {e.name: e for e in (
 def default_scale(cfg) -> float:
     """The logit scale :math:`1/\\sqrt{d}` of the attention core."""
     return 1.0 / math.sqrt(cfg.head_dim)
+
+
+#: The encodings this module defines (:func:`register` adds others beside them, never over them).
+BUILTIN = frozenset(REGISTRY)
+
+
+def register(entry: Encoding, *, replace: bool = False) -> Encoding:
+    """Add a user's encoding to :data:`REGISTRY`, where the model, the study's default grid and its
+    workers find it; return it.
+
+    ``entry.build`` (and ``scale``/``attention`` when given) must be importable module-level
+    functions or picklable objects: the study ships registered entries to its pool and Dask
+    workers. ``ValueError`` for a built-in name, a name already registered (unless ``replace``)
+    or an unknown ``acts``; ``TypeError`` for a non-:class:`Encoding` or a missing ``build``.
+
+    Examples
+    --------
+    >>> from posenc_np.registry import REGISTRY, Encoding, register
+    >>> entry = register(Encoding("my_nope", "none", "NoPE under another name"))
+    >>> REGISTRY["my_nope"] is entry
+    True
+    >>> del REGISTRY["my_nope"]           # (clean up: the registry is global)
+    >>> register(Encoding("rope", "none", "a second rope"))
+    Traceback (most recent call last):
+        ...
+    ValueError: 'rope' is a built-in encoding; register yours under another name
+    """
+    if not isinstance(entry, Encoding):
+        raise TypeError(f"entry must be a posenc_np.registry.Encoding, got {type(entry).__name__}")
+    if not isinstance(entry.name, str) or not entry.name.isidentifier():
+        raise ValueError(f"entry.name must be an identifier, got {entry.name!r}")
+    if entry.name in BUILTIN:
+        raise ValueError(f"{entry.name!r} is a built-in encoding; register yours under another name")
+    if entry.acts not in ACTS:
+        raise ValueError(f"entry.acts must be one of {ACTS}, got {entry.acts!r}")
+    if entry.acts != "none" and not callable(entry.build):
+        raise TypeError(f"entry.build must be callable for an encoding that acts on {entry.acts!r}")
+    if entry.name in REGISTRY and not replace and REGISTRY[entry.name] is not entry:
+        raise ValueError(f"an encoding {entry.name!r} is already registered (pass replace=True to replace it)")
+    REGISTRY[entry.name] = entry
+    return entry
+
+
+def registered() -> dict:
+    """The encodings added with :func:`register` (name -> entry).
+
+    Examples
+    --------
+    >>> from posenc_np.registry import REGISTRY, Encoding, register, registered
+    >>> "rope" in registered()            # built-ins are not listed
+    False
+    >>> entry = register(Encoding("my_nope", "none", "NoPE under another name"))
+    >>> registered()["my_nope"] is entry
+    True
+    >>> del REGISTRY["my_nope"]           # (clean up: the registry is global)
+    """
+    return {k: v for k, v in REGISTRY.items() if k not in BUILTIN}

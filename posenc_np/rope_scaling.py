@@ -1,7 +1,10 @@
 r"""RoPE frequencies and every frequency-scaling variant (Hugging Face ``rope_type`` registry).
 
-The public entry point is :func:`posenc_np.rope.inv_freq` (re-exported from here); this
-module holds one small function per ``rope_type`` behind the registry ``_SCALINGS``, in the
+The public entry points are :func:`inv_freq` and :func:`exact_inv_freq` (re-exported by
+:mod:`posenc_np.rope`) and :func:`parse_scaling`, which checks a dict once and returns a
+:class:`Scaling`, the one RoPE configuration type of the package (the registry, the Hugging Face
+config reader and the precision lab use it). This module holds one small function per
+``rope_type`` behind the registry ``_SCALINGS``, in the
 shape of Hugging Face ``modeling_rope_utils.py`` (semantics of transformers 5.24.0, the
 release read for this module). Every function returns ``(inv_freq, attention_factor)``:
 the float64 inverse frequencies :math:`\omega_i`, and the factor that multiplies both
@@ -14,27 +17,27 @@ Notation: :math:`d` rotary dim, :math:`i = 0 \dots d/2-1`,
 Hugging Face computes these tables in float32; this module is the float64 reference. Every
 formula runs on extended-precision values (:func:`posenc_np._exact.omega`, mpmath at 256 bits)
 and is rounded once at the end, so each returned frequency is the correctly rounded value of
-the formula, and :func:`posenc_np.rope.cos_sin` reads the unrounded values.
+the formula; :func:`exact_inv_freq` returns the unrounded values too, as an explicit
+:class:`~posenc_np._exact.ExactFrequencies` that :func:`posenc_np.rope.cos_sin` takes.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import _exact
-from ._checks import check_alloc, check_bool, check_int, check_real
-from ._table_checks import (MAX_LENGTH, check_betas, check_dim_base, check_length, ordered, read_flag, read_fraction,
-                            read_implied_factor, read_keys, read_nonnegative, read_optional_positive, read_original_max,
-                            read_per_pair, read_positive, read_rope_type, resolve_dim_base)
+from ._checks import as_float_array, check_alloc, check_bool, check_int, check_real, require
 from .absolute import sinusoidal_frequencies
 
 __all__ = [
+    "DEFAULT_BASE",
     "ROPE_TYPES",
     "Scaling",
+    "exact_inv_freq",
     "inv_freq",
     "llama3_bands",
     "parse_scaling",
@@ -43,22 +46,18 @@ __all__ = [
     "yarn_get_mscale",
 ]
 
+#: ``base`` when neither the ``base`` argument nor the dict's ``rope_theta`` gives one.
+DEFAULT_BASE = 10000.0
+#: Largest length (``seq_len``, ``max_position_embeddings``, ``original_max_position_embeddings``)
+#: accepted: positions past 2^53 are not exact in the float64 angles.
+MAX_LENGTH = 2**53
 
-class _DefaultBase(float):
-    """The default ``base`` (10000.0), recognisable by identity as "not passed".
-
-    A Hugging Face 5.x ``rope_parameters`` dict carries its own ``rope_theta``; it may take
-    the place of ``base`` only when the caller did not pass ``base`` explicitly.
-    """
-
-    def __repr__(self) -> str:
-        return "10000.0"
-
-
-DEFAULT_BASE = _DefaultBase(10000.0)
+#: Deepest nesting of containers accepted in a scaling dict (the dict is level 1, LongRoPE's lists
+#: level 2): a deeper one is refused before anything recurses into it.
+MAX_SCALING_DEPTH = 4
 
 #: Keys any rope_type may carry. "mrope_section"/"mrope_interleaved" are read by
-#: posenc_np.rope.mrope_cos_sin, not here; "partial_rotary_factor" by :func:`_resolve_dim_base`.
+#: posenc_np.rope.mrope_cos_sin, not here; "partial_rotary_factor" by :func:`parse_scaling`.
 _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved"}
 
 
@@ -66,11 +65,11 @@ _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "mro
 
 @dataclass(frozen=True)
 class ScalingType:
-    """One ``rope_type``: the keys it reads (key -> reader, in reading order), its formula
-    ``formula(dim, base, v, seq_len, max_pos) -> (inv_freq, attention_factor)`` (``v``: the
-    values read), an optional cross-key ``check(v, rope_type)``, and ``length_key(v, seq_len,
-    max_pos)``: what of the current length the result depends on (None: nothing), so that a
-    model computes each table once."""
+    """One ``rope_type``: the keys it reads (key -> ``(kind, default)``, in reading order, see
+    :func:`_read_key`), its formula ``formula(dim, base, v, seq_len, max_pos) -> (inv_freq,
+    attention_factor)`` (``v``: the values read), an optional cross-key ``check(v, dim, base, max_pos)``, and
+    ``length_key(v, seq_len, max_pos)``: what of the current length the result depends on (None:
+    nothing), so that a model computes each table once."""
 
     name: str
     keys: dict
@@ -90,6 +89,15 @@ def _entry(name: str, *, check=None, length_key=None, **keys):
     return register
 
 
+# Key kinds (see _read_key): a required real > 0, one with a default, ...
+_REQUIRED = ("positive", None)
+_OPTIONAL = ("optional", None)
+_NONNEGATIVE = ("nonnegative", 0.0)
+_L0 = ("original_max", None)
+_IMPLIED_FACTOR = ("implied_factor", None)
+_PER_PAIR = ("per_pair", None)
+
+
 # --------------------------------------------------------------------------- one entry per type
 
 @_entry("default")
@@ -101,44 +109,41 @@ def _default(dim, base, v, seq_len, max_pos):
 _SCALINGS["mrope"] = ScalingType("mrope", {}, _default)  # Qwen2-VL's legacy {"type": "mrope"}: default frequencies
 
 
-@_entry("linear", factor=read_positive())
+@_entry("linear", factor=_REQUIRED)
 def _linear(dim, base, v, seq_len, max_pos):
     r"""Position interpolation (kaiokendev; Chen et al. 2023): :math:`\omega_i / s`."""
     return _exact.omega(dim, base) / v["factor"], 1.0
 
 
-def _ntk_exponent(dim: int, rope_type: str) -> float:
-    if dim <= 2:
-        raise ValueError(f"rope_type {rope_type!r} rescales the base by a power d/(d-2); dim must be > 2, got {dim}")
-    return _exact.mp().mpf(dim) / (dim - 2)
+def _ntk_base(base, ratio, dim: int):
+    r""":math:`\mathrm{base}\cdot\mathrm{ratio}^{d/(d-2)}` (the NTK rescaled base) in extended precision."""
+    return base * ratio ** (_exact.mp().mpf(dim) / (dim - 2))
 
 
-def _scaled_base(base, ratio, dim: int, rope_type: str, key: str):
-    """``base * ratio**(d/(d-2))`` (the NTK rescaled base), or ``ValueError`` naming ``key`` when it
-    is not a finite float64."""
-    try:
-        new_base = base * ratio ** _ntk_exponent(dim, rope_type)
-    except OverflowError:
-        new_base = math.inf
-    if not math.isfinite(new_base):
-        raise ValueError(f"rope_type {rope_type!r}: {key} makes the rescaled base {base} * {ratio:.6g}^(d/(d-2)) "
-                         f"overflow float64")
-    return new_base
+def _ntk_check(v, dim, base, max_pos):
+    require(dim > 2, f"rope_type 'ntk' rescales the base by a power d/(d-2); dim must be > 2, got {dim}")
+    require(math.isfinite(_ntk_base(base, v["alpha"], dim)), f"rope_type 'ntk': scaling['alpha'] makes the "
+            f"rescaled base {base} * {v['alpha']:.6g}^(d/(d-2)) overflow float64")
 
 
-@_entry("ntk", alpha=read_positive())
+@_entry("ntk", alpha=_REQUIRED, check=_ntk_check)
 def _ntk(dim, base, v, seq_len, max_pos):
     r"""Static NTK-aware scaling (bloc97; x-transformers, rotary-embedding-torch
     ``theta_rescale_factor``; *not* a Hugging Face type):
     :math:`\mathrm{base}' = \mathrm{base}\,\alpha^{d/(d-2)}`."""
-    return _exact.omega(dim, _scaled_base(base, v["alpha"], dim, "ntk", "scaling['alpha']")), 1.0
+    return _exact.omega(dim, _ntk_base(base, v["alpha"], dim)), 1.0
 
 
 def _dynamic_length(v, seq_len, max_pos):
     return max_pos if seq_len is None else max(seq_len, max_pos)
 
 
-@_entry("dynamic", factor=read_positive(), length_key=_dynamic_length)
+def _dynamic_check(v, dim, base, max_pos):
+    require(max_pos is not None, "rope_type 'dynamic' needs the max_position_embeddings argument")
+    require(dim > 2, f"rope_type 'dynamic' rescales the base by a power d/(d-2); dim must be > 2, got {dim}")
+
+
+@_entry("dynamic", factor=_REQUIRED, check=_dynamic_check, length_key=_dynamic_length)
 def _dynamic(dim, base, v, seq_len, max_pos):
     r"""Dynamic NTK (emozilla; Hugging Face ``_compute_dynamic_ntk_parameters``): with
     :math:`L = \max(\text{seq\_len}, L_{max})` (:math:`L_{max}` = ``max_position_embeddings``),
@@ -150,8 +155,7 @@ def _dynamic(dim, base, v, seq_len, max_pos):
     """
     s = _exact.mp().mpf(v["factor"])
     L = _dynamic_length(v, seq_len, max_pos)
-    new_base = base * (s * L / max_pos - (s - 1)) ** _ntk_exponent(dim, "dynamic")  # extended precision: no overflow
-    return _exact.omega(dim, new_base), 1.0
+    return _exact.omega(dim, _ntk_base(base, s * L / max_pos - (s - 1), dim)), 1.0  # extended: no overflow
 
 
 def _correction_dim(r, dim, base, L0):
@@ -177,10 +181,24 @@ def _mscale(scale, mscale=1.0):
     return ctx.mpf(1) if scale <= 1.0 else ctx.mpf("0.1") * mscale * ctx.log(scale) + 1
 
 
-@_entry("yarn", original_max_position_embeddings=read_original_max, factor=read_implied_factor,
-        beta_fast=read_positive(32.0), beta_slow=read_positive(1.0), truncate=read_flag(True),
-        mscale=read_nonnegative, mscale_all_dim=read_nonnegative, attention_factor=read_optional_positive,
-        check=ordered("beta_fast", "beta_slow"))
+def _yarn_attention_factor(v):
+    """The explicit ``attention_factor``, else ``g(s, m) / g(s, m_all)`` when both mscales are set, else ``g(s)``."""
+    if v["attention_factor"] is not None:
+        return v["attention_factor"]
+    m, m_all = v["mscale"], v["mscale_all_dim"]
+    return _mscale(v["factor"], m) / _mscale(v["factor"], m_all) if m and m_all else _mscale(v["factor"])
+
+
+def _yarn_check(v, dim, base, max_pos):
+    require(v["beta_fast"] >= v["beta_slow"], f"scaling['beta_fast'] ({v['beta_fast']}) must be >= "
+            f"scaling['beta_slow'] ({v['beta_slow']}): the YaRN ramp runs from the fast to the slow rotation count")
+    require(math.isfinite(_yarn_attention_factor(v)), "scaling 'yarn' gives an attention factor that overflows "
+            "float64 (check its mscale and factor values)")
+
+
+@_entry("yarn", original_max_position_embeddings=_L0, factor=_IMPLIED_FACTOR, beta_fast=("positive", 32.0),
+        beta_slow=("positive", 1.0), truncate=("flag", True), mscale=_NONNEGATIVE, mscale_all_dim=_NONNEGATIVE,
+        attention_factor=_OPTIONAL, check=_yarn_check)
 def _yarn(dim, base, v, seq_len, max_pos):
     r"""YaRN "NTK-by-parts" (Peng et al. 2023, arXiv:2309.00071), Hugging Face 5.x semantics.
 
@@ -202,10 +220,6 @@ def _yarn(dim, base, v, seq_len, max_pos):
     ``mscale_all_dim`` are both non-zero, else :math:`g(s)` (:func:`yarn_get_mscale`).
     """
     s = v["factor"]
-    attention_factor = v["attention_factor"]
-    if attention_factor is None:
-        m, m_all = v["mscale"], v["mscale_all_dim"]
-        attention_factor = _mscale(s, m) / _mscale(s, m_all) if m and m_all else _mscale(s)
     low, high = _correction_range(dim, base, v["original_max_position_embeddings"], v["beta_fast"], v["beta_slow"],
                                   v["truncate"])
     if low == high:
@@ -213,23 +227,22 @@ def _yarn(dim, base, v, seq_len, max_pos):
     ramp = np.clip((np.arange(dim // 2) - low) / _exact.mp().mpf(high - low), 0, 1)
     extrapolation = 1 - ramp  # 1: keep the original frequency (high freqs), 0: interpolate by 1/s
     inv = _exact.omega(dim, base)
-    return (inv / s) * (1.0 - extrapolation) + inv * extrapolation, float(attention_factor)
+    return (inv / s) * (1.0 - extrapolation) + inv * extrapolation, float(_yarn_attention_factor(v))
 
 
-def _longrope_check(v, rope_type):
-    if v["attention_factor"] is None and v["factor"] > 1.0 and v["original_max_position_embeddings"] < 2:
-        raise ValueError("rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined "
-                         f"for original_max_position_embeddings L0 = {v['original_max_position_embeddings']}; give "
-                         "L0 >= 2 or scaling['attention_factor']")
+def _longrope_check(v, dim, base, max_pos):
+    require(v["attention_factor"] is not None or v["factor"] <= 1.0 or v["original_max_position_embeddings"] >= 2,
+            "rope_type 'longrope' derives attention_factor = sqrt(1 + ln(factor) / ln(L0)), undefined for "
+            f"original_max_position_embeddings L0 = {v['original_max_position_embeddings']}; give L0 >= 2 or "
+            "scaling['attention_factor']")
 
 
 def _longrope_length(v, seq_len, max_pos):
     return seq_len is not None and seq_len > v["original_max_position_embeddings"]
 
 
-@_entry("longrope", original_max_position_embeddings=read_original_max, factor=read_implied_factor,
-        short_factor=read_per_pair, long_factor=read_per_pair, attention_factor=read_optional_positive,
-        check=_longrope_check, length_key=_longrope_length)
+@_entry("longrope", original_max_position_embeddings=_L0, factor=_IMPLIED_FACTOR, short_factor=_PER_PAIR,
+        long_factor=_PER_PAIR, attention_factor=_OPTIONAL, check=_longrope_check, length_key=_longrope_length)
 def _longrope(dim, base, v, seq_len, max_pos):
     r"""LongRoPE (Ding et al. 2024; Phi-3): per-frequency rescale factors chosen by length.
 
@@ -249,14 +262,13 @@ def _longrope(dim, base, v, seq_len, max_pos):
     return _exact.omega(dim, base) / factors, float(attention_factor)
 
 
-def _llama3_check(v, rope_type):
-    if not v["high_freq_factor"] > v["low_freq_factor"]:
-        raise ValueError(f"llama3 needs high_freq_factor > low_freq_factor, got {v['high_freq_factor']} <= "
-                         f"{v['low_freq_factor']}")
+def _llama3_check(v, dim, base, max_pos):
+    require(v["high_freq_factor"] > v["low_freq_factor"], f"llama3 needs high_freq_factor > low_freq_factor, got "
+            f"{v['high_freq_factor']} <= {v['low_freq_factor']}")
 
 
-@_entry("llama3", factor=read_positive(), low_freq_factor=read_positive(), high_freq_factor=read_positive(),
-        original_max_position_embeddings=read_original_max, check=_llama3_check)
+@_entry("llama3", factor=_REQUIRED, low_freq_factor=_REQUIRED, high_freq_factor=_REQUIRED,
+        original_max_position_embeddings=_L0, check=_llama3_check)
 def _llama3(dim, base, v, seq_len, max_pos):
     r"""LLaMA-3.1 band-wise interpolation (Meta ``apply_scaling``). With wavelength
     :math:`\lambda_i = 2\pi/\omega_i`, :math:`l` = ``low_freq_factor``, :math:`h` = ``high_freq_factor``:
@@ -279,7 +291,7 @@ def _llama3(dim, base, v, seq_len, max_pos):
     return np.where(wavelen > L0 / low, inv / s, np.where(wavelen < L0 / high, inv, blended)), 1.0
 
 
-@_entry("proportional", partial_rotary_factor=read_fraction, factor=read_positive(1.0))
+@_entry("proportional", partial_rotary_factor=("fraction", 1.0), factor=("positive", 1.0))
 def _proportional(dim, base, v, seq_len, max_pos):
     r"""Hugging Face 5.x "proportional": ``dim`` is the *head* dim :math:`d`; with :math:`p` =
     ``partial_rotary_factor`` (default 1) and :math:`s` = ``factor`` (default 1),
@@ -299,12 +311,19 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     r"""YaRN's attention temperature :math:`g(s, m) = 1` if :math:`s \le 1`, else :math:`0.1\,m \ln s + 1`.
 
     Peng et al. 2023 ("YaRN", eq. 22 with :math:`\sqrt{1/t} = 0.1 \ln s + 1`); :math:`g(32) = 1.346574`.
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import yarn_get_mscale
+    >>> round(yarn_get_mscale(32.0), 6), yarn_get_mscale(1.0)      # 0.1 ln 32 + 1; s <= 1 gives 1
+    (1.346574, 1.0)
+    >>> round(yarn_get_mscale(32.0, 0.707), 6)                     # 0.1 * 0.707 * ln 32 + 1
+    1.245028
     """
     scale = check_real(scale, "scale", positive=True)
     mscale = check_real(mscale, "mscale")
     g = float(_mscale(scale, mscale))
-    if not math.isfinite(g):
-        raise ValueError(f"0.1 * mscale * ln(scale) + 1 overflows float64 for mscale={mscale}, scale={scale}")
+    require(math.isfinite(g), f"0.1 * mscale * ln(scale) + 1 overflows float64 for mscale={mscale}, scale={scale}")
     return g
 
 
@@ -316,15 +335,22 @@ def yarn_correction_dim(num_rotations: float, dim: int, base: float, original_ma
     (YaRN "find_correction_dim"). For d=64, base 1.5e5, :math:`L_0` = 4096:
     :math:`c(32) = 8.0928`, :math:`c(1) = 17.3980`. ``dim`` even >= 2, ``base > 0`` and not 1,
     :math:`L_0 \ge 1`, ``num_rotations > 0``.
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import yarn_correction_dim
+    >>> round(yarn_correction_dim(32, 64, 1.5e5, 4096), 4), round(yarn_correction_dim(1, 64, 1.5e5, 4096), 4)
+    (8.0928, 17.398)
     """
     r = check_real(num_rotations, "num_rotations", positive=True)
-    dim, base = check_dim_base(dim, base)
+    sc = parse_scaling(dim, base=base)
     L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
-    return float(_correction_dim(r, dim, base, L0))
+    return float(_correction_dim(r, sc.rotary_dim, sc.base, L0))
 
 
 def yarn_correction_range(dim: int, base: float, original_max_position_embeddings: int, *,
-                          beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True):
+                          beta_fast: float = 32.0, beta_slow: float = 1.0,
+                          truncate: bool = True) -> tuple[int, int] | tuple[float, float]:
     r"""YaRN ramp bounds ``(low, high)``: :math:`c(\beta_{fast})`, :math:`c(\beta_{slow})`, floored
     and ceiled when ``truncate`` (the default, as in Hugging Face), then ``low`` clamped below at 0
     and ``high`` above at :math:`d-1` (Hugging Face's clamps). Returns ints when truncated,
@@ -333,13 +359,22 @@ def yarn_correction_range(dim: int, base: float, original_max_position_embedding
     ``beta_fast >= beta_slow > 0`` (the ramp runs from the fast to the slow rotation count;
     swapping them would invert it, so it raises ``ValueError``); ``dim`` even >= 2; ``base > 0``
     and not 1; :math:`L_0 \ge 1`.
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import yarn_correction_range
+    >>> yarn_correction_range(64, 1.5e5, 4096), yarn_correction_range(128, 1e4, 4096)   # floor(low), ceil(high)
+    ((8, 18), (20, 46))
+    >>> tuple(round(v, 4) for v in yarn_correction_range(64, 1.5e5, 4096, truncate=False))
+    (8.0928, 17.398)
     """
-    dim, base = check_dim_base(dim, base)
-    L0 = check_int(original_max_position_embeddings, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
-    beta_fast, beta_slow = check_betas(beta_fast, beta_slow, "beta_fast", "beta_slow")
-    truncate = check_bool(truncate, "truncate")
-    low, high = _correction_range(dim, base, L0, beta_fast, beta_slow, truncate)
-    return (low, high) if truncate else (float(low), float(high))
+    sc = parse_scaling(dim, base=base, scaling={  # the checks of a YaRN dict with these keys
+        "rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": original_max_position_embeddings,
+        "beta_fast": beta_fast, "beta_slow": beta_slow, "truncate": truncate})
+    v = sc.values
+    low, high = _correction_range(sc.rotary_dim, sc.base, v["original_max_position_embeddings"], v["beta_fast"],
+                                  v["beta_slow"], v["truncate"])
+    return (low, high) if v["truncate"] else (float(low), float(high))
 
 
 def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
@@ -348,95 +383,236 @@ def llama3_bands(dim: int, base: float, scaling: dict) -> np.ndarray:
     With wavelength :math:`\lambda_i = 2\pi/\omega_i`: kept if :math:`\lambda_i < L_0/h`,
     divided if :math:`\lambda_i > L_0/l`, blended otherwise (boundaries blend, as in HF).
     LLaMA-3.1 (d=128, base 5e5, :math:`L_0` 8192, l=1, h=4): 29 kept, 6 blended, 29 divided.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.rope_scaling import llama3_bands
+    >>> llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    ...            "original_max_position_embeddings": 8192}
+    >>> np.bincount(llama3_bands(128, 5e5, llama31)).tolist()      # kept, blended, divided
+    [29, 6, 29]
     """
     sc = parse_scaling(dim, base=base, scaling=scaling)
-    if sc.rope_type != "llama3":
-        raise ValueError(f"llama3_bands needs a scaling with rope_type 'llama3', got {sc.rope_type!r}")
+    require(sc.rope_type == "llama3", f"llama3_bands needs a scaling with rope_type 'llama3', got {sc.rope_type!r}")
     v = sc.values
     low, high, L0 = v["low_freq_factor"], v["high_freq_factor"], v["original_max_position_embeddings"]
-    wavelen = 2.0 * math.pi / sinusoidal_frequencies(sc.dim, base=sc.base)
+    wavelen = 2.0 * math.pi / sinusoidal_frequencies(sc.rotary_dim, base=sc.base)
     return np.where(wavelen < L0 / high, 0, np.where(wavelen > L0 / low, 2, 1)).astype(np.int64)
 
 
-# --------------------------------------------------------------------------- the door: a dict, parsed once
+# --------------------------------------------------------------------------- the one configuration type
 
 @dataclass(frozen=True)
 class Scaling:
-    """A checked scaling: the ``rope_type``, rotary ``dim``, ``base``, the ``values`` its keys were
-    read as, and ``max_position_embeddings``. :meth:`frequencies` evaluates the entry's formula
-    with no further checks; a model parses its dict once and calls it per length."""
+    """A RoPE configuration checked once: a Hugging Face rope dict read for a width and a base.
+
+    ``rope_type``; ``rotary_dim``: the rotated channels (``2 * len(inv_freq)``; the whole head
+    for ``proportional``); ``head_dim``: the ``dim`` it was read for (the head dim when the dict
+    carries ``partial_rotary_factor`` or is ``proportional``, else the rotary dim); ``base``;
+    ``values``: the dict's keys as read, defaults filled in; ``max_position_embeddings``;
+    ``scaling``: the dict as given (None: plain RoPE); ``seq_len``: the length
+    :meth:`frequencies` takes when given none (``dynamic`` and ``longrope`` depend on it). Read
+    from a model's ``config.json`` (:func:`posenc_np.hf_config.read_hf_config`) it also records
+    the ``layer_type`` it applies to, the ``context`` its positions reach and Qwen2-VL's
+    ``mrope_section`` / ``mrope_interleaved``.
+
+    The frequencies are the formula of the ``rope_type`` evaluated without further checks, once
+    per :meth:`length_key`.
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> sc = parse_scaling(8, scaling={"rope_type": "linear", "factor": 2.0})
+    >>> sc.rope_type, sc.rotary_dim, sc.base
+    ('linear', 8, 10000.0)
+    >>> inv, attention_factor = sc.frequencies()                    # 10000**(-2i/8) / 2
+    >>> inv.round(6).tolist(), attention_factor
+    ([0.5, 0.05, 0.005, 0.0005], 1.0)
+    """
 
     rope_type: str
-    dim: int
+    rotary_dim: int
+    head_dim: int
     base: float
-    values: dict
-    max_position_embeddings: int | None
+    values: dict = field(compare=False, repr=False)
+    max_position_embeddings: int | None = None
+    scaling: dict | None = None
+    seq_len: int | None = None
+    layer_type: str | None = None
+    context: int | None = None
+    mrope_section: tuple | None = None
+    mrope_interleaved: bool = False
+    _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
-    def frequencies(self, seq_len: int | None = None):
-        """``(inv_freq, attention_factor)`` for a length ``seq_len`` (an int in ``[1, 2**53]`` or None)."""
-        entry = _SCALINGS[self.rope_type]
-        inv, attention_factor = entry.formula(self.dim, self.base, self.values, seq_len, self.max_position_embeddings)
-        attention_factor = float(attention_factor)
-        if not math.isfinite(attention_factor):
-            raise ValueError(f"scaling {self.rope_type!r} gives an attention factor that overflows float64 (check its "
-                             "mscale and factor values)")
-        return _exact.frequency_array(inv), attention_factor
+    def exact_frequencies(self, seq_len: int | None = None) -> tuple[_exact.ExactFrequencies, float]:
+        """``(ExactFrequencies, attention_factor)`` at length ``seq_len`` (default :attr:`seq_len`)."""
+        key = self.length_key(self.seq_len if seq_len is None else seq_len)
+        if key not in self._memo:
+            inv, attention_factor = _SCALINGS[self.rope_type].formula(
+                self.rotary_dim, self.base, self.values, self.seq_len if seq_len is None else seq_len,
+                self.max_position_embeddings)
+            try:
+                self._memo[key] = (_exact.exact_frequencies(inv), float(attention_factor))
+            except OverflowError:  # a tiny factor divides omega_0 = 1 past the largest double
+                raise ValueError(f"scaling for rope_type {self.rope_type!r} gives a frequency past float64's "
+                                 "largest value (a factor, or a per-pair factor, below about 5.6e-309)") from None
+        return self._memo[key]
 
-    def length_key(self, seq_len: int | None):
-        """What :meth:`frequencies` depends on of ``seq_len``: equal keys give equal frequencies."""
+    def frequencies(self, seq_len: int | None = None) -> tuple[np.ndarray, float]:
+        """``(inv_freq, attention_factor)`` at length ``seq_len``: :meth:`exact_frequencies` rounded (a new array)."""
+        inv, attention_factor = self.exact_frequencies(seq_len)
+        return inv.rounded.copy(), attention_factor
+
+    def length_key(self, seq_len: int | None) -> object:
+        """What the frequencies depend on of ``seq_len``: equal keys give equal frequencies."""
         key = _SCALINGS[self.rope_type].length_key
         return None if key is None else key(self.values, seq_len, self.max_position_embeddings)
 
 
-def parse_scaling(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None,
-                  max_position_embeddings: int | None = None) -> Scaling:
-    """Check a Hugging Face rope dict once and read its keys: a :class:`Scaling` (see :func:`inv_freq`)."""
-    rope_type, params = read_rope_type(scaling, {name: e.keys for name, e in _SCALINGS.items()}, _COMMON_KEYS)
-    dim, base = resolve_dim_base(dim, base, params, rope_type, DEFAULT_BASE)
-    check_alloc((dim // 2,), np.float64, "inv_freq (dim // 2,)")
-    max_pos = check_length(max_position_embeddings, "max_position_embeddings")
-    if rope_type == "dynamic" and max_pos is None:
-        raise ValueError("rope_type 'dynamic' needs the max_position_embeddings argument")
-    if rope_type in ("ntk", "dynamic"):
-        _ntk_exponent(dim, rope_type)
-    entry = _SCALINGS[rope_type]
-    values = read_keys(params, entry.keys, {"rope_type": rope_type, "dim": dim, "max_pos": max_pos})
+# --------------------------------------------------------------------------- the door: a dict, parsed once
+
+def _read_key(params: dict, key: str, kind: str, default, ctx: dict):
+    """``scaling[key]`` read as ``kind``, ``default`` when absent or None. Kinds: ``positive`` (a real
+    > 0; required when ``default`` is None), ``optional`` (> 0 or None), ``nonnegative``, ``fraction``
+    (in [0, 1]), ``flag`` (a bool), ``per_pair`` (``dim // 2`` reals > 0: LongRoPE's lists),
+    ``original_max`` (:math:`L_0`, default ``max_position_embeddings``, as Hugging Face's
+    ``standardize_rope_params`` fills it) and ``implied_factor`` (default ``max_position_embeddings / L0``)."""
+    name, value, rope_type = f"scaling[{key!r}]", params.get(key), ctx["rope_type"]
+    if kind == "flag":
+        return check_bool(params.get(key, default), name)
+    if kind == "original_max":
+        value = ctx["max_pos"] if value is None else value
+        require(value is not None, f"rope_type {rope_type!r} needs scaling['original_max_position_embeddings'] or "
+                "the max_position_embeddings argument")
+        return check_int(value, "original_max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
+    if kind == "implied_factor" and value is None:
+        require(ctx["max_pos"] is not None, f"rope_type {rope_type!r} needs scaling['factor'] or the "
+                "max_position_embeddings argument (factor defaults to max_position_embeddings / "
+                "original_max_position_embeddings)")
+        return ctx["max_pos"] / ctx["original_max_position_embeddings"]
+    if value is None:
+        require(default is not None or kind == "optional", f"scaling for rope_type {rope_type!r} needs key {key!r} "
+                f"(got keys {sorted(params)})")
+        return default
+    if kind == "per_pair":
+        arr, n = as_float_array(value, name), ctx["dim"] // 2
+        require(arr.shape == (n,) and bool(np.all(np.isfinite(arr) & (arr > 0))), f"{name} must hold dim // 2 = {n} "
+                f"finite values > 0, got shape {arr.shape}: {arr.tolist()}")
+        return arr.astype(np.float64)
+    return check_real(value, name, positive=kind not in ("nonnegative", "fraction"),
+                      nonnegative=kind in ("nonnegative", "fraction"), maximum=1.0 if kind == "fraction" else None)
+
+
+def _nests_deeper(value, limit: int) -> bool:
+    """Whether ``value`` nests dicts, lists or tuples more than ``limit`` levels deep (level by level,
+    without recursion, so any depth is safe to ask about)."""
+    level = [value]
+    for _ in range(limit):
+        level = [v for x in level if isinstance(x, (dict, list, tuple)) for v in (x.values() if isinstance(x, dict)
+                                                                                   else x)]
+    return any(isinstance(x, (dict, list, tuple)) for x in level)
+
+
+def _read_rope_type(scaling) -> str:
+    """The ``rope_type`` of a Hugging Face dict (its ``rope_type`` or legacy ``type``; they must agree)."""
+    require(isinstance(scaling, dict), "scaling must be a dict (a Hugging Face rope_parameters / rope_scaling) or "
+            f"None, got {type(scaling).__name__}", TypeError)
+    require(not _nests_deeper(scaling, MAX_SCALING_DEPTH), f"scaling nests containers more than "
+            f"MAX_SCALING_DEPTH = {MAX_SCALING_DEPTH} levels deep (a rope dict holds numbers, strings and lists)")
+    new, old = scaling.get("rope_type"), scaling.get("type")
+    for key, value in (("rope_type", new), ("type", old)):
+        require(value is None or isinstance(value, str), f"scaling[{key!r}] must be a string, one of "
+                f"{sorted(_SCALINGS)}; got {value!r}", TypeError)
+    require(new is None or old is None or new == old,
+            f"scaling has rope_type={new!r} and type={old!r}; they must agree")
+    rope_type = new or old or "default"
+    require(rope_type in _SCALINGS, f"unknown rope_type {rope_type!r}; expected one of {sorted(_SCALINGS)}")
+    unknown = set(scaling) - _COMMON_KEYS - set(_SCALINGS[rope_type].keys)
+    require(not unknown, f"scaling has keys {sorted(unknown)} that rope_type {rope_type!r} does not use; allowed: "
+            f"{sorted(_COMMON_KEYS | set(_SCALINGS[rope_type].keys))}")
+    return rope_type
+
+
+def parse_scaling(dim: int, *, base: float | None = None, scaling: dict | None = None,
+                  max_position_embeddings: int | None = None, seq_len: int | None = None) -> Scaling:
+    """Check a Hugging Face rope dict once and read its keys: a :class:`Scaling` (see :func:`inv_freq`
+    for the arguments; ``seq_len`` becomes :attr:`Scaling.seq_len`).
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import parse_scaling
+    >>> sc = parse_scaling(128, scaling={"rope_type": "yarn", "original_max_position_embeddings": 4096},
+    ...                    max_position_embeddings=131072)
+    >>> sc.values["factor"], sc.values["beta_fast"], sc.values["beta_slow"]   # factor = 131072 / 4096; defaults
+    (32.0, 32.0, 1.0)
+    >>> round(sc.frequencies()[1], 6)                                  # attention factor g(32)
+    1.346574
+    """
+    rope_type = "default" if scaling is None else _read_rope_type(scaling)
+    params = scaling or {}
+    theta = None if params.get("rope_theta") is None else check_real(params["rope_theta"], "scaling['rope_theta']",
+                                                                     positive=True)
+    require(theta is None or base is None or float(base) == theta,
+            f"base={base} disagrees with scaling['rope_theta']={theta}; pass one of them")
+    base = check_real(theta or (DEFAULT_BASE if base is None else base), "base", positive=True)
+    require(base != 1.0, "base must differ from 1 (every frequency would be 1)")
+    head_dim = rotary = check_int(dim, "dim", minimum=2)
+    prf = params.get("partial_rotary_factor")
+    if rope_type != "proportional" and prf is not None:  # HF's rule for every other type: int(head_dim * factor)
+        prf = check_real(prf, "scaling['partial_rotary_factor']", positive=True, maximum=1.0)
+        rotary = int(head_dim * prf)
+    require(rotary % 2 == 0 and rotary >= 2, f"dim (the rotary dim) must be even, got {dim}" if rotary == head_dim
+            else f"rotary dim int(dim * partial_rotary_factor) = int({head_dim} * {prf}) = {rotary} must be even "
+                 "and >= 2")
+    check_alloc((rotary // 2, _exact.FREQUENCY_BYTES), np.uint8, "extended frequencies (dim // 2, FREQUENCY_BYTES)")
+    max_pos = None if max_position_embeddings is None else check_int(
+        max_position_embeddings, "max_position_embeddings", minimum=1, maximum=MAX_LENGTH)
+    seq_len = None if seq_len is None else check_int(seq_len, "seq_len", minimum=1, maximum=MAX_LENGTH)
+    entry, ctx = _SCALINGS[rope_type], {"rope_type": rope_type, "dim": rotary, "max_pos": max_pos}
+    for key, (kind, default) in entry.keys.items():
+        ctx[key] = _read_key(params, key, kind, default, ctx)
+    values = {key: ctx[key] for key in entry.keys}
     if entry.check is not None:
-        entry.check(values, rope_type)
-    return Scaling(rope_type, dim, base, values, max_pos)
+        entry.check(values, rotary, base, max_pos)
+    return Scaling(rope_type, rotary, head_dim, base, values, max_pos, scaling, seq_len)
 
 
-def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = None, seq_len: int | None = None,
+def exact_inv_freq(dim: int, *, base: float | None = None, scaling: dict | None = None, seq_len: int | None = None,
+                   max_position_embeddings: int | None = None) -> tuple[_exact.ExactFrequencies, float]:
+    r""":func:`inv_freq` with the frequencies as an explicit
+    :class:`~posenc_np._exact.ExactFrequencies`: the formula's values before rounding
+    (``.exact``) and rounded (``.rounded``). :func:`posenc_np.rope.cos_sin` (and the other table
+    builders) then build each entry within one ulp of :math:`\cos`, :math:`\sin` of the exact
+    angle, free of the half-ulp error of each stored frequency (``docs/precision.md``).
+
+    Returns
+    -------
+    inv_freq : ExactFrequencies
+    attention_factor : float
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import exact_inv_freq
+    >>> inv, attention_factor = exact_inv_freq(4)
+    >>> type(inv).__name__, inv.rounded.tolist(), attention_factor    # 10000**(-2i/4): 1, 0.01
+    ('ExactFrequencies', [1.0, 0.01], 1.0)
+    """
+    return parse_scaling(dim, base=base, scaling=scaling, max_position_embeddings=max_position_embeddings,
+                         seq_len=seq_len).exact_frequencies()
+
+
+def inv_freq(dim: int, *, base: float | None = None, scaling: dict | None = None, seq_len: int | None = None,
              max_position_embeddings: int | None = None) -> tuple[np.ndarray, float]:
     r"""RoPE inverse frequencies and attention factor, for any Hugging Face ``rope_type``.
 
     Unscaled: :math:`\omega_i = \mathrm{base}^{-2i/d}`, :math:`i = 0 \dots d/2 - 1`
     (Su et al. 2021, "RoFormer", eq. 15). ``scaling`` is a Hugging Face ``rope_parameters``
     (5.x) or ``rope_scaling`` (4.x) dict, accepted verbatim; its ``rope_type`` (or legacy
-    ``type``) selects one entry of the registry in :mod:`posenc_np.rope_scaling`, each a
-    function with its formula in its docstring (and the table "Scaling types" of
-    ``docs/rope.md``):
-
-    ``default`` / ``mrope``
-        :math:`\omega_i`; attention factor 1.
-    ``linear`` (``factor``)
-        position interpolation, :math:`\omega_i / s`.
-    ``ntk`` (``alpha``; static NTK-aware, *not a Hugging Face type*)
-        base :math:`\to \mathrm{base}\,\alpha^{d/(d-2)}`.
-    ``dynamic`` (``factor``; needs ``max_position_embeddings``)
-        the NTK base rescaled with the current length.
-    ``yarn`` (``factor``, ``original_max_position_embeddings``, optional ramp and mscale keys)
-        "NTK-by-parts": a linear ramp between interpolated and original frequencies, and an
-        attention factor; optional ``beta_fast``\=32, ``beta_slow``\=1, ``truncate``\=True,
-        ``mscale``, ``mscale_all_dim``, ``attention_factor`` (:func:`yarn_correction_range`,
-        :func:`yarn_get_mscale`).
-    ``longrope`` (``short_factor``, ``long_factor``, ``original_max_position_embeddings``)
-        per-frequency divisors, ``long_factor`` once ``seq_len > L0``; optional ``factor``,
-        ``attention_factor``.
-    ``llama3`` (``factor``, ``low_freq_factor``, ``high_freq_factor``, ``original_max_position_embeddings``)
-        band-wise interpolation (:func:`llama3_bands`).
-    ``proportional`` (``partial_rotary_factor``, optional ``factor``\=1; ``dim`` is the *head* dim)
-        the first :math:`\lfloor p d / 2 \rfloor` frequencies of the head dim, zeros after.
+    ``type``) selects one entry of the registry in this module (:data:`ROPE_TYPES`: ``default``,
+    ``mrope``, ``linear``, ``ntk`` (static NTK-aware, *not a Hugging Face type*), ``dynamic``,
+    ``yarn``, ``longrope``, ``llama3``, ``proportional``), each a function with its formula and
+    keys in its docstring (and the table "Scaling types" of ``docs/rope.md``).
 
     ``dim`` is the rotary dim, except when the dict carries ``partial_rotary_factor`` p (as
     Hugging Face 5.x dicts do, e.g. GPT-NeoX's ``rotary_pct``): then ``dim`` is the head dim
@@ -450,9 +626,9 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
     ----------
     dim : int
         Even rotary dim; the head dim when ``scaling`` carries ``partial_rotary_factor``.
-    base : float
-        :math:`\theta`, 10000 by default. A dict's ``rope_theta`` replaces the default; if
-        ``base`` is passed too, they must agree.
+    base : float, optional
+        :math:`\theta`: the dict's ``rope_theta`` when it has one (``base``, if passed too, must
+        agree), else 10000 (:data:`DEFAULT_BASE`).
     scaling : dict or None
         Hugging Face rope parameters; None means ``default``.
     seq_len : int, optional
@@ -464,11 +640,23 @@ def inv_freq(dim: int, *, base: float = DEFAULT_BASE, scaling: dict | None = Non
 
     Returns
     -------
-    inv_freq : ExactFrequencies (a float64 ndarray), shape ``(rotary_dim // 2,)``
-        Each value the correctly rounded result of the formula (evaluated at 256 bits); the
-        array also carries the unrounded values, which :func:`posenc_np.rope.cos_sin` uses.
+    inv_freq : ndarray, float64, shape ``(rotary_dim // 2,)``
+        Each value the correctly rounded result of the formula (evaluated at 256 bits). For
+        tables free of the frequencies' own rounding pass :func:`exact_inv_freq`'s value instead.
     attention_factor : float
         Multiplies both cos and sin (:func:`posenc_np.rope.cos_sin`).
+
+    Examples
+    --------
+    >>> from posenc_np.rope_scaling import inv_freq
+    >>> inv_freq(8)                                                  # 10000**(-2i/8), attention factor 1
+    (array([1.   , 0.1  , 0.01 , 0.001]), 1.0)
+    >>> inv_freq(8, scaling={"rope_type": "linear", "factor": 4.0})[0].tolist()
+    [0.25, 0.025, 0.0025, 0.00025]
+    >>> inv, attention_factor = inv_freq(128, scaling={"rope_type": "yarn", "factor": 32.0,
+    ...                                                "original_max_position_embeddings": 4096})
+    >>> float(inv[0]), float(inv[-1] * 32 / inv_freq(128)[0][-1]), round(attention_factor, 6)  # kept, divided by 32
+    (1.0, 1.0, 1.346574)
     """
-    sc = parse_scaling(dim, base=base, scaling=scaling, max_position_embeddings=max_position_embeddings)
-    return sc.frequencies(check_length(seq_len, "seq_len"))
+    return parse_scaling(dim, base=base, scaling=scaling, max_position_embeddings=max_position_embeddings,
+                         seq_len=seq_len).frequencies()

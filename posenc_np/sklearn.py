@@ -26,6 +26,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 try:
     from sklearn.base import BaseEstimator, TransformerMixin
@@ -33,8 +34,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError('posenc_np.sklearn needs scikit-learn >= 1.6: pip install "posenc-np[sklearn]"') from exc
 
-from . import absolute, rope
-from ._checks import check_choice, check_int, check_real
+from . import _exact, absolute, rope
+from ._checks import check_alloc, check_choice, check_int, check_real, require
 
 __all__ = ["RotaryEncoder", "SinusoidalEncoder"]
 
@@ -42,18 +43,18 @@ __all__ = ["RotaryEncoder", "SinusoidalEncoder"]
 def _check_time_params(est) -> tuple[float, float | None, float, float]:
     """Validate ``base``, ``period``, ``offset``, ``scale`` of either transformer."""
     base = check_real(est.base, "base", positive=True)
-    if base == 1.0:
-        raise ValueError("base must differ from 1 (every frequency would be 1)")
+    require(base != 1.0, "base must differ from 1 (every frequency would be 1)")
     period = check_real(est.period, "period", positive=True, allow_none=True)
     offset = check_real(est.offset, "offset")
     scale = check_real(est.scale, "scale", positive=True)
     return base, period, offset, scale
 
 
-def _frequencies(n_pairs: int, base: float, period: float | None) -> np.ndarray:
-    r""":math:`\omega_i = \mathrm{base}^{-2i/(2n)}` or, with a period, :math:`2\pi k/P`, k = 1..n."""
+def _frequencies(n_pairs: int, base: float, period: float | None):
+    r""":math:`\omega_i = \mathrm{base}^{-2i/(2n)}` (exactly: :func:`posenc_np.absolute.geometric_frequencies`)
+    or, with a period, the array :math:`2\pi k/P`, k = 1..n."""
     if period is None:
-        return absolute.sinusoidal_frequencies(2 * n_pairs, base=base)
+        return absolute.geometric_frequencies(2 * n_pairs, base)
     return 2.0 * np.pi * np.arange(1, n_pairs + 1, dtype=np.float64) / period
 
 
@@ -137,27 +138,30 @@ class SinusoidalEncoder(TransformerMixin, BaseEstimator):
 
     def _checked_params(self):
         dim = check_int(self.dim, "dim", minimum=2)
-        if dim % 2:
-            raise ValueError(f"dim must be even (sin/cos pairs), got {dim}")
+        require(dim % 2 == 0, f"dim must be even (sin/cos pairs), got {dim}")
+        check_alloc((dim // 2, _exact.FREQUENCY_BYTES), np.uint8, "extended frequencies (dim // 2, FREQUENCY_BYTES)")
         layout = check_choice(self.layout, "layout", absolute.SINUSOIDAL_LAYOUTS)
         return dim, layout, *_check_time_params(self)
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> SinusoidalEncoder:
         """Check the parameters and ``X``; record ``n_features_in_`` (stateless otherwise)."""
         self._checked_params()
         validate_data(self, X, dtype=np.float64, reset=True)
         return self
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Encode ``X`` of shape ``(n_samples, n_features)`` as ``(n_samples, n_features * dim)``."""
         check_is_fitted(self, "n_features_in_")
         dim, layout, base, period, offset, scale = self._checked_params()
         X = validate_data(self, X, dtype=np.float64, reset=False)
+        check_alloc(X.shape + (dim,), np.float64, "encoding (n_samples, n_features, dim)")
         t = (X - offset) / scale
-        angles = t[..., None] * _frequencies(dim // 2, base, period)
-        return absolute._sin_cos_layout(np.sin(angles), np.cos(angles), layout).reshape(X.shape[0], -1)
+        _exact.positions(t, "times (X - offset) / scale")  # the rule of absolute.sinusoidal: |t| < 2**53
+        w = _frequencies(dim // 2, base, period)
+        angles = t[..., None] * (w if period is not None else w.rounded)
+        return absolute.sin_cos_layout(np.sin(angles), np.cos(angles), layout).reshape(X.shape[0], -1)
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features: ArrayLike | None = None) -> np.ndarray:
         """``<column>_sin<i>`` / ``<column>_cos<i>`` in the output order (i = frequency index)."""
         names = _check_names_out(self, input_features)
         dim, layout = self._checked_params()[:2]
@@ -244,17 +248,15 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
 
     def _checked_params(self, n_features: int):
         """(time index, rotary dim, layout, base, period, offset, scale) for ``n_features`` columns."""
-        if n_features < 2:
-            raise ValueError("RotaryEncoder needs a time column and at least 1 feature column, "
-                             f"got n_features = {n_features}")
+        require(n_features >= 2, "RotaryEncoder needs a time column and at least 1 feature column, "
+                f"got n_features = {n_features}")
         time_index = self._time_index(n_features)
         m = n_features - 1
         r = m if self.rotary_dim is None else check_int(self.rotary_dim, "rotary_dim", minimum=1)
-        if r > m:
-            raise ValueError(f"rotary_dim must be <= {m} (the feature columns besides the time column), got {r}")
-        if check_choice(self.unpaired, "unpaired", ("zero", "error")) == "error" and r % 2:
-            raise ValueError(f"{r} rotated columns cannot all be paired (unpaired='error'); pass an even "
-                             "rotary_dim, or unpaired='zero' to pair the last one with an implicit zero")
+        require(r <= m, f"rotary_dim must be <= {m} (the feature columns besides the time column), got {r}")
+        unpaired = check_choice(self.unpaired, "unpaired", ("zero", "error"))
+        require(unpaired == "zero" or r % 2 == 0, f"{r} rotated columns cannot all be paired (unpaired='error'); "
+                "pass an even rotary_dim, or unpaired='zero' to pair the last one with an implicit zero")
         layout = check_choice(self.layout, "layout", rope.LAYOUTS)
         return time_index, r, layout, *_check_time_params(self)
 
@@ -262,26 +264,23 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
         col = self.time_column
         if isinstance(col, str):
             names = getattr(self, "feature_names_in_", None)
-            if names is None:
-                raise ValueError(f"time_column={col!r} is a name, but X has no column names "
-                                 "(fit on a DataFrame, or pass the column position)")
+            require(names is not None, f"time_column={col!r} is a name, but X has no column names "
+                    "(fit on a DataFrame, or pass the column position)")
             matches = np.flatnonzero(names == col)
-            if matches.size != 1:
-                raise ValueError(f"time_column {col!r} is not a column of X (columns: {list(names)})")
+            require(matches.size == 1, f"time_column {col!r} is not a column of X (columns: {list(names)})")
             return int(matches[0])
-        if not isinstance(col, numbers.Integral) or isinstance(col, bool):
-            raise TypeError(f"time_column must be a column position (int) or name (str), got {col!r}")
-        if not -n_features <= col < n_features:
-            raise ValueError(f"time_column {col} is out of range for X with {n_features} columns")
+        require(isinstance(col, numbers.Integral) and not isinstance(col, bool),
+                f"time_column must be a column position (int) or name (str), got {col!r}", TypeError)
+        require(-n_features <= col < n_features, f"time_column {col} is out of range for X with {n_features} columns")
         return int(col) % n_features
 
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None) -> RotaryEncoder:
         """Check the parameters against ``X``; record ``n_features_in_`` and ``time_index_``."""
         X = validate_data(self, X, dtype=np.float64, reset=True)
         self.time_index_ = self._checked_params(X.shape[1])[0]
         return self
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> np.ndarray:
         """Rotate the feature pairs of ``X``; returns ``(n_samples, n_features - 1)``."""
         check_is_fitted(self, "time_index_")
         X = validate_data(self, X, dtype=np.float64, reset=False)
@@ -293,7 +292,7 @@ class RotaryEncoder(TransformerMixin, BaseEstimator):
         cos, sin = rope.cos_sin(t, _frequencies((r + 1) // 2, base, period), layout=layout)
         return rope.apply(features, cos, sin, layout=layout, backend="numpy")
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features: ArrayLike | None = None) -> np.ndarray:
         """The input names without the time column (rotated columns keep their names; an implicit
         zero partner, see ``unpaired``, is ``"rope_pad"``)."""
         names = _check_names_out(self, input_features)

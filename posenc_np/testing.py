@@ -9,18 +9,20 @@
 Example (another project testing its RoPE against our vectors)::
 
     from posenc_np.testing import load_case, assert_golden
-    case = load_case("vectors/v1/rope.apply.half.d8.json")
+    case = load_case("vectors/v2/rope.apply.half.d8.json")
     assert_golden(my_rope(case.inputs["x"], case.inputs["positions"]), case)
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ._checks import check_bool, check_int, check_real
+from ._checks import check_bool, check_int, check_real, require
 
 __all__ = ["GoldenCase", "GradcheckResult", "assert_golden", "gradcheck", "gradcheck_hook", "load_case"]
 
@@ -33,6 +35,16 @@ class GradcheckResult:
 
     ``max_rel_error`` is the worst ``|analytic - numeric| / max(|analytic|, |numeric|, floor)``
     over all checked entries; ``where`` names the input and index where it occurred.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.testing import gradcheck
+    >>> result = gradcheck(lambda x: x ** 2, lambda g, x: {"x": 2 * x * g}, {"x": np.array([1.0, 2.0])})
+    >>> type(result).__name__, bool(result.ok), result.checked, result.tol
+    ('GradcheckResult', True, 2, 1e-06)
+    >>> str(result).split(":")[0]
+    'gradcheck passed'
     """
 
     max_rel_error: float
@@ -44,7 +56,7 @@ class GradcheckResult:
 
     @property
     def ok(self) -> bool:
-        return self.max_rel_error <= self.tol
+        return bool(self.max_rel_error <= self.tol)
 
     def __str__(self) -> str:
         name, idx = self.where
@@ -100,11 +112,19 @@ def gradcheck(
         The entry ``floor`` of the denominator is ``1e-3 * max |numeric gradient|`` (or 1e-12
         when every gradient is zero), so entries whose true gradient is zero are judged on an
         absolute scale.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.testing import gradcheck
+    >>> x = {"x": np.random.default_rng(0).standard_normal(5)}
+    >>> bool(gradcheck(lambda x: np.sin(x), lambda g, x: {"x": g * np.cos(x)}, x).ok)        # d sin = cos
+    True
+    >>> bool(gradcheck(lambda x: np.sin(x), lambda g, x: {"x": g * np.sin(x)}, x, raise_on_failure=False).ok)   # wrong
+    False
     """
-    if not callable(fun) or not callable(backward):
-        raise TypeError("fun and backward must be callables")
-    if not isinstance(inputs, dict) or not inputs:
-        raise TypeError("inputs must be a non-empty dict of named arrays")
+    require(callable(fun) and callable(backward), "fun and backward must be callables", TypeError)
+    require(isinstance(inputs, dict) and inputs, "inputs must be a non-empty dict of named arrays", TypeError)
     eps = check_real(eps, "eps", positive=True)
     tol = check_real(tol, "tol", nonnegative=True)
     if max_entries is not None:
@@ -113,8 +133,8 @@ def gradcheck(
     raise_on_failure = check_bool(raise_on_failure, "raise_on_failure")
     x = {k: (np.array(v, dtype=np.float64) if np.asarray(v).dtype.kind == "f" else v) for k, v in inputs.items()}
     for k, v in x.items():
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and not np.all(np.isfinite(v)):
-            raise ValueError(f"inputs[{k!r}] holds NaN or inf: central differences need finite inputs")
+        require(not isinstance(v, np.ndarray) or v.dtype.kind != "f" or np.all(np.isfinite(v)),
+                f"inputs[{k!r}] holds NaN or inf: central differences need finite inputs")
 
     def as_tuple(out):
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -127,18 +147,16 @@ def gradcheck(
         return float(sum(np.sum(np.asarray(o, dtype=np.float64) * gi) for o, gi in zip(as_tuple(fun(**x)), g)))
 
     grads = backward(g_arg, **x)
-    if not grads:
-        raise ValueError("backward returned no gradients to check")
+    require(grads, "backward returned no gradients to check")
     records = []  # (name, index, analytic, numeric)
     for name, analytic in grads.items():
         if analytic is None:
             continue
-        if name not in x:
-            raise ValueError(f"backward returned a gradient for {name!r}, which is not an input")
+        require(name in x, f"backward returned a gradient for {name!r}, which is not an input")
         arr = x[name]
         analytic = np.asarray(analytic, dtype=np.float64)
-        if analytic.shape != arr.shape:
-            raise AssertionError(f"gradient for {name!r} has shape {analytic.shape}, input has {arr.shape}")
+        require(analytic.shape == arr.shape, f"gradient for {name!r} has shape {analytic.shape}, input has {arr.shape}",
+                AssertionError)
         n = arr.size
         idx = np.arange(n) if max_entries is None or n <= max_entries else rng.choice(n, max_entries, replace=False)
         flat = arr.reshape(-1)
@@ -163,7 +181,8 @@ def gradcheck(
     return result
 
 
-def gradcheck_hook(hook, q, k, v, *, causal: bool = False, scale=None, mask=None, **kwargs) -> GradcheckResult:
+def gradcheck_hook(hook: object, q: ArrayLike, k: ArrayLike, v: ArrayLike, *, causal: bool = False,
+                   scale: float | None = None, mask: ArrayLike | None = None, **kwargs: Any) -> GradcheckResult:
     """:func:`gradcheck` of attention with a position hook, for ``q``, ``k``, ``v`` and every
     parameter in ``hook.params`` (reported as ``hook.<name>``).
 
@@ -171,9 +190,22 @@ def gradcheck_hook(hook, q, k, v, *, causal: bool = False, scale=None, mask=None
     ``hooks=[hook]``; parameter gradients are read from ``hook.grads``. ``kwargs`` go to
     :func:`gradcheck` (``max_entries``, ``tol``, ...). The hook's parameters are restored
     afterwards.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.relative import T5RelativeBias
+    >>> from posenc_np.testing import gradcheck_hook
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((1, 2, 3, 4)) for _ in range(3))
+    >>> bool(gradcheck_hook(T5RelativeBias(2, num_buckets=4, max_distance=8, seed=0), q, k, v, causal=True).ok)
+    True
     """
     from . import attention
 
+    require(isinstance(getattr(hook, "params", None), dict),
+            f"hook must be a position hook with a params dict (e.g. posenc_np.relative.T5RelativeBias), "
+            f"got {type(hook).__name__}", TypeError)
     saved = dict(hook.params)
     key = {name: f"hook.{name}" for name in saved}  # e.g. Transformer-XL has a parameter "v"
 
@@ -200,6 +232,15 @@ class GoldenCase:
 
     ``tolerances`` maps dtype names (``"float64"``, and for version-2 cases usually
     ``"float32"``, ``"bfloat16"``, ``"float16"``) to ``{"abs", "rel"}``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.testing import GoldenCase
+    >>> outputs, tolerances = {"slopes": np.array([0.0625, 0.00390625])}, {"float64": {"abs": 0.0, "rel": 1e-15}}
+    >>> case = GoldenCase("demo.slopes.n2", "alibi.slopes", {"num_heads": 2}, {}, {}, outputs, tolerances, "", {})
+    >>> case.tolerance, sorted(case.outputs)      # the float64 entry of tolerances
+    ({'abs': 0.0, 'rel': 1e-15}, ['slopes'])
     """
 
     name: str
@@ -218,7 +259,7 @@ class GoldenCase:
         return self.tolerances["float64"]
 
 
-def load_case(path) -> GoldenCase:
+def load_case(path: str | os.PathLike) -> GoldenCase:
     """Load one ``.json`` or ``.npz`` golden case (format v1 or v2), validated.
 
     The file must follow the format within its limits; if its directory holds an
@@ -232,6 +273,17 @@ def load_case(path) -> GoldenCase:
     posenc_np.golden.format.GoldenFormatError
         (a ``ValueError``) naming the file and the problem, for malformed, tampered or
         pickled content. Nothing in the file is executed or unpickled.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from posenc_np.golden import catalogue, runner
+    >>> from posenc_np.testing import load_case
+    >>> with tempfile.TemporaryDirectory() as tmp:     # write one case of the catalogue, read it back
+    ...     rows = runner.generate(tmp, formats=("json",), specs=[catalogue.by_name()["alibi.slopes.n3"]])
+    ...     case = load_case(os.path.join(tmp, "alibi.slopes.n3.json"))
+    >>> case.encoding, case.params, case.outputs["slopes"].tolist()   # 2**-4, 2**-8, then 2**-2 (n = 3)
+    ('alibi.slopes', {'max_bias': 8.0, 'num_heads': 3}, [0.0625, 0.00390625, 0.25])
     """
     from .golden import format as fmt, runner
 
@@ -244,7 +296,8 @@ def load_case(path) -> GoldenCase:
     )
 
 
-def assert_golden(actual, case: GoldenCase, *, dtype: str = "float64", tolerance: dict | None = None) -> None:
+def assert_golden(actual: ArrayLike | dict, case: GoldenCase, *, dtype: str = "float64",
+                  tolerance: dict | None = None) -> None:
     """Assert that ``actual`` matches ``case.outputs`` within the case's tolerance for ``dtype``.
 
     Parameters
@@ -260,30 +313,43 @@ def assert_golden(actual, case: GoldenCase, *, dtype: str = "float64", tolerance
     tolerance : dict, optional
         ``{"abs": a, "rel": r}`` (finite, >= 0; anything else raises ``ValueError`` or
         ``TypeError``) overriding the case's tolerance.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import alibi
+    >>> from posenc_np.testing import GoldenCase, assert_golden     # (a case usually comes from load_case)
+    >>> outputs, tolerances = {"slopes": np.array([0.0625, 0.00390625])}, {"float64": {"abs": 0.0, "rel": 1e-15}}
+    >>> case = GoldenCase("demo.slopes.n2", "alibi.slopes", {"num_heads": 2}, {}, {}, outputs, tolerances, "", {})
+    >>> assert_golden(alibi.slopes(2), case)           # 2**-4, 2**-8: passes, returns None
+    >>> assert_golden(alibi.slopes(2) * 1.001, case)
+    Traceback (most recent call last):
+        ...
+    AssertionError: golden case demo.slopes.n2 (float64; conventions {}): slopes: 2 of 2 values outside tolerance, ...
     """
     from .golden.runner import compare
 
-    if not isinstance(case, GoldenCase):
-        raise TypeError(f"case must be a GoldenCase from load_case, got {type(case).__name__}")
+    require(isinstance(case, GoldenCase), f"case must be a GoldenCase from load_case, got {type(case).__name__}",
+            TypeError)
     if tolerance is not None:
         tolerance = _check_tolerance(tolerance)
     if not isinstance(actual, dict):
-        if len(case.outputs) != 1:
-            raise TypeError(f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict")
+        require(len(case.outputs) == 1, f"case {case.name} has outputs {sorted(case.outputs)}; pass a dict", TypeError)
         actual = {next(iter(case.outputs)): actual}
     if tolerance is None:
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__} {dtype!r}")
-        if dtype not in case.tolerances:
-            raise ValueError(f"case {case.name} has no {dtype} tolerance (it has {sorted(case.tolerances)})")
+        require(isinstance(dtype, str), f"dtype must be a string such as 'float32', got {type(dtype).__name__} "
+                f"{dtype!r}", TypeError)
+        require(dtype in case.tolerances,
+                f"case {case.name} has no {dtype} tolerance (it has {sorted(case.tolerances)})")
         tolerance = case.tolerances[dtype]
-    _, max_abs, max_rel, problems = compare(actual, case.outputs, tolerance)
+    problems = compare(actual, case.outputs, tolerance)[3]
     if problems:
-        raise AssertionError(f"golden case {case.name} ({dtype}; conventions {case.conventions}): " + "; ".join(problems))
+        raise AssertionError(f"golden case {case.name} ({dtype}; conventions {case.conventions}): "
+                             + "; ".join(problems))
 
 
 def _check_tolerance(tolerance) -> dict:
     """``{"abs": a, "rel": r}`` with finite ``a, r >= 0`` (a NaN bound would pass everything)."""
-    if not isinstance(tolerance, dict) or set(tolerance) != {"abs", "rel"}:
-        raise TypeError(f"tolerance must be a dict {{'abs': a, 'rel': r}}, got {tolerance!r}")
+    require(isinstance(tolerance, dict) and set(tolerance) == {"abs", "rel"},
+            f"tolerance must be a dict {{'abs': a, 'rel': r}}, got {tolerance!r}", TypeError)
     return {key: check_real(tolerance[key], f"tolerance[{key!r}]", nonnegative=True) for key in ("abs", "rel")}

@@ -27,6 +27,7 @@ Checkpoint format (NPZ written with ``allow_pickle=False``, read with ``allow_pi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
@@ -34,24 +35,27 @@ import sys
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TextIO
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ._checks import as_int_array, check_bool, check_int, check_real
-from ._files import atomic_write, check_target
-from .layers import softmax_cross_entropy, softmax_cross_entropy_backward
+from ._checks import as_int_array, check_alloc, check_bool, check_int, check_real
+from ._files import atomic_write, check_target, npz_bytes, open_regular
+from .fused import NUMPY
+from .layers import softmax_cross_entropy_backward
 from .model import ModelConfig, Transformer
-from .optim import (
-    Adam,
-    _check_betas,
-    _check_lrs,
-    clip_grad_norm,
-    cosine_schedule,
-    global_norm,
-)
+from .optim import Adam, check_betas, check_lrs, cosine_schedule
 
 __all__ = ["Checkpoint", "Progress", "evaluate", "load_checkpoint", "save_checkpoint", "train"]
+
+class Task(Protocol):
+    """What :func:`train` samples batches from."""
+
+    def sample(self, rng: np.random.Generator, batch_size: int) -> tuple[np.ndarray, np.ndarray]: ...
+
 
 CHECKPOINT_FORMAT = "posenc_np.checkpoint"
 CHECKPOINT_VERSION = 1
@@ -60,17 +64,30 @@ CHECKPOINT_VERSION = 1
 # --------------------------------------------------------------------------- progress
 
 class Progress:
-    """A progress bar: tqdm when installed, else a plain line printer (at most one line per
-    ``min_interval`` seconds, and the last); ``enabled=False`` is silent.
+    """A progress bar on ``file`` (default stderr), drawn only when ``file`` is a terminal (a log
+    or a pipe gets nothing) and ``enabled``: tqdm when installed, else a plain line printer (at
+    most one line per ``min_interval`` seconds, and the last).
 
     ``update(n, **metrics)`` advances by ``n`` and shows the metrics.
+
+    Examples
+    --------
+    >>> import io
+    >>> from posenc_np.train import Progress
+    >>> class Terminal(io.StringIO):        # a file that says it is a terminal (a log or a pipe gets nothing)
+    ...     def isatty(self): return True
+    >>> bar = Progress(10, desc="train", file=(out := Terminal()), use_tqdm=False)
+    >>> bar.update(10, loss=0.5); bar.close(); out.getvalue().splitlines()
+    ['train 10/10 loss=0.5']
     """
 
-    def __init__(self, total: int, *, initial: int = 0, desc: str = "", enabled: bool = True, file=None,
-                 use_tqdm: bool | None = None, min_interval: float = 2.0):
+    def __init__(self, total: int, *, initial: int = 0, desc: str = "", enabled: bool = True, file: TextIO | None = None,
+                 use_tqdm: bool | None = None, min_interval: float = 2.0) -> None:
+        self.file = file or sys.stderr
+        isatty = getattr(self.file, "isatty", None)
+        enabled = bool(enabled and callable(isatty) and isatty())
         self.total, self.n, self.desc, self.enabled = total, initial, desc, enabled
         self.min_interval = min_interval
-        self.file = file or sys.stderr
         self._bar = None
         self._last_print = -1.0
         if not enabled:
@@ -84,7 +101,7 @@ class Progress:
                 self._bar = tqdm(total=total, initial=initial, desc=desc, file=self.file, leave=False,
                                  dynamic_ncols=True, mininterval=0.5)
 
-    def update(self, n: int = 1, **metrics) -> None:
+    def update(self, n: int = 1, **metrics: object) -> None:
         if not self.enabled:
             return
         self.n += n
@@ -109,7 +126,22 @@ class Progress:
 
 @dataclass
 class Checkpoint:
-    """What :func:`load_checkpoint` returns."""
+    """What :func:`load_checkpoint` returns.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> from posenc_np.train import load_checkpoint, save_checkpoint
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
+    ...     state = np.random.default_rng(0).bit_generator.state
+    ...     save_checkpoint(path := os.path.join(tmp, "c.npz"), model, model.ops.Adam(model.params), 5, state)
+    ...     ckpt = load_checkpoint(path)
+    >>> type(ckpt).__name__, ckpt.step, ckpt.optimizer.t, ckpt.extra, type(ckpt.rng).__name__
+    ('Checkpoint', 5, 0, {}, 'Generator')
+    """
 
     model: Transformer
     optimizer: Adam
@@ -136,7 +168,7 @@ def _generator_from_state(state) -> np.random.Generator:
     bit_generator = getattr(np.random, state["bit_generator"])()
     try:
         bit_generator.state = state
-    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
         raise ValueError(f"rng_state is not a valid {state['bit_generator']} state: {exc}") from exc
     return np.random.Generator(bit_generator)
 
@@ -144,10 +176,10 @@ def _generator_from_state(state) -> np.random.Generator:
 def _is_checkpoint(path: str) -> bool:
     """True when ``path`` is a readable posenc_np checkpoint (only its ``meta`` entry is read)."""
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_regular(path, "checkpoint") as fh, zipfile.ZipFile(fh) as zf:
             meta = _read_member(zf, "meta", path, (None,), np.dtype(np.uint8), _MAX_META_BYTES)
         return json.loads(meta.tobytes().decode("utf-8")).get("format") == CHECKPOINT_FORMAT
-    except (OSError, ValueError, zipfile.BadZipFile, AttributeError):
+    except (OSError, ValueError, zipfile.BadZipFile, NotImplementedError, AttributeError, KeyError):
         return False
 
 
@@ -160,7 +192,7 @@ def _check_checkpoint_target(path) -> str:
     return path
 
 
-def save_checkpoint(path, model: Transformer, optimizer: Adam, step: int, rng_state: dict, *,
+def save_checkpoint(path: str | os.PathLike, model: Transformer, optimizer: Adam, step: int, rng_state: dict, *,
                     extra: dict | None = None) -> None:
     """Write model, optimizer, step and RNG state to ``path`` (NPZ, no pickle; atomic replace).
 
@@ -170,6 +202,21 @@ def save_checkpoint(path, model: Transformer, optimizer: Adam, step: int, rng_st
     swept first (see :mod:`posenc_np._files`). ``path`` must not hold anything but a checkpoint
     (it is never clobbered), and every parameter must be finite (a checkpoint
     :func:`load_checkpoint` would refuse is not written).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> from posenc_np.train import save_checkpoint
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
+    ...     state = np.random.default_rng(0).bit_generator.state
+    ...     save_checkpoint(os.path.join(tmp, "c.npz"), model, model.ops.Adam(model.params), 5, state,
+    ...                     extra={"note": "after 5 steps"})
+    ...     names = sorted(os.listdir(tmp))
+    >>> names                      # written atomically: no temporary file left behind
+    ['c.npz']
     """
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a posenc_np.model.Transformer, got {type(model).__name__}")
@@ -193,7 +240,8 @@ def save_checkpoint(path, model: Transformer, optimizer: Adam, step: int, rng_st
     arrays = {"meta": meta_array}
     arrays.update({f"param.{k}": v for k, v in model.params.items()})
     arrays.update({f"adam.{k}": v for k, v in opt["arrays"].items()})
-    atomic_write(path, lambda fh: np.savez(fh, allow_pickle=False, **arrays))
+    data = npz_bytes(arrays)
+    atomic_write(path, lambda fh: fh.write(data))
 
 
 def _read_member(zf: zipfile.ZipFile, name: str, path, shape, dtype: np.dtype, max_bytes: int | None = None):
@@ -201,8 +249,17 @@ def _read_member(zf: zipfile.ZipFile, name: str, path, shape, dtype: np.dtype, m
 
     ``shape`` may hold ``None`` for a free axis (then ``max_bytes`` bounds the size). Only the
     expected number of bytes is ever read, so a hostile header cannot cause a large allocation.
+    The member must be stored or deflated, not encrypted, and end where its array ends; reading to
+    its end makes ``zipfile`` compare the CRC-32, so a damaged byte is refused, not loaded.
     """
-    with zf.open(f"{name}.npy") as fh:
+    info = zf.getinfo(f"{name}.npy")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 0x1:
+        raise ValueError(f"{path}: entry {name!r} is encrypted or uses a compression other than stored/deflate")
+    try:
+        member = zf.open(info)
+    except (NotImplementedError, RuntimeError) as exc:  # a ZIP version or feature zipfile does not read
+        raise ValueError(f"{path}: entry {name!r} cannot be read ({exc})") from exc
+    with member as fh:
         try:
             version = np.lib.format.read_magic(fh)
             read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
@@ -221,6 +278,8 @@ def _read_member(zf: zipfile.ZipFile, name: str, path, shape, dtype: np.dtype, m
         data = fh.read(nbytes)
         if len(data) != nbytes:
             raise ValueError(f"{path}: entry {name!r} is truncated ({len(data)} of {nbytes} bytes)")
+        if fh.read(1):
+            raise ValueError(f"{path}: entry {name!r} holds bytes after its {got_dtype} {got_shape} array")
     return np.frombuffer(data, dtype=dtype).reshape(got_shape, order="F" if fortran else "C").copy()
 
 
@@ -247,8 +306,8 @@ def _read_meta(zf: zipfile.ZipFile, path) -> dict:
 def _model_for(meta: dict, model, path) -> Transformer:
     """The model to load into: ``model`` if its config matches the stored one, else a new one."""
     try:
-        cfg = ModelConfig(**meta["model_config"])
-        cfg.validate()
+        cfg = ModelConfig(**meta["model_config"]).validate()
+        check_alloc((cfg.vocab_size, cfg.d_model), cfg.dtype, "token embedding (vocab_size, d_model)")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: invalid model config: {exc}") from exc
     if model is None:
@@ -262,7 +321,7 @@ def _model_for(meta: dict, model, path) -> Transformer:
     return model
 
 
-def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
+def load_checkpoint(path: str | os.PathLike, model: Transformer | None = None) -> Checkpoint:
     """Read a checkpoint written by :func:`save_checkpoint` (no pickle, bounded reads).
 
     With ``model=None`` a model is built from the stored config; otherwise the stored
@@ -275,11 +334,31 @@ def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
     to the model's, finite values, ``step`` a non-negative integer, a well-formed bit-generator
     state and optimizer hyper-parameters. Any problem, including a zero-byte, truncated or
     corrupt file, raises ``ValueError`` naming the path and the problem, and ``model`` is left
-    untouched. A missing file raises ``FileNotFoundError``.
+    untouched; so does anything but a regular file (a directory, a FIFO, a device, also behind a
+    symbolic link) and a file larger than a checkpoint of the model can be. A missing file
+    raises ``FileNotFoundError``.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> from posenc_np.train import load_checkpoint, save_checkpoint
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
+    ...     rng = np.random.default_rng(0)
+    ...     save_checkpoint(path := os.path.join(tmp, "c.npz"), model, model.ops.Adam(model.params), 5,
+    ...                     rng.bit_generator.state)
+    ...     ckpt = load_checkpoint(path)          # a new model, built from the stored config
+    >>> same = all(np.array_equal(ckpt.model.params[k], v) for k, v in model.params.items())
+    >>> ckpt.step, same, ckpt.rng.random() == rng.random()     # the generator resumes where it was saved
+    (5, True, True)
     """
     path = os.fspath(path)
+    if not os.path.lexists(path):
+        raise FileNotFoundError(errno.ENOENT, "no such checkpoint", path)
     try:
-        with zipfile.ZipFile(path) as zf:
+        with open_regular(path, "checkpoint") as fh, zipfile.ZipFile(fh) as zf:
             names = set(zf.namelist())
             if "meta.npy" not in names:
                 raise ValueError(f"{path} is not a posenc_np checkpoint (no 'meta' entry)")
@@ -290,13 +369,20 @@ def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
             if found != expected or len(found) != len(names):
                 raise ValueError(f"{path}: entries differ from the model's: missing {sorted(expected - found)}, "
                                  f"unexpected {sorted(names - {n + '.npy' for n in expected})}")
+            # ZIP and NPY headers and deflate's worst case add well under 1 % and 4 KiB per entry
+            limit = (3 * sum(v.nbytes for v in target.params.values()) + _MAX_META_BYTES) * 101 // 100 \
+                + 4096 * len(expected)
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise ValueError(f"checkpoint {path}: {size} bytes, more than the {limit} a checkpoint of this "
+                                 "model takes")
             arrays = {}
             for key in sorted(expected - {"meta"}):
                 ref = target.params[key.split(".", 1)[1] if key.startswith("param.") else key.split(".", 2)[2]]
                 arrays[key] = _read_member(zf, key, path, ref.shape, ref.dtype)
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, NotImplementedError) as exc:  # the latter: a ZIP version zipfile does not read
         raise ValueError(f"{path}: not a readable checkpoint (corrupt or truncated NPZ: {exc})") from exc
-    except (EOFError, zlib.error) as exc:
+    except (EOFError, zlib.error, OSError) as exc:
         raise ValueError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc})") from exc
     params = {k[len("param."):]: v for k, v in arrays.items() if k.startswith("param.")}
     for k, v in params.items():
@@ -304,7 +390,7 @@ def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
             raise ValueError(f"{path}: parameter {k!r} holds NaN or inf")
     try:
         rng = _generator_from_state(meta["rng_state"])
-        opt = Adam(target.params)  # only to validate the state against these parameters; nothing assigned yet
+        opt = target.ops.Adam(target.params)  # to validate the state against these parameters; nothing assigned yet
         opt_state = {"hyper": meta["optimizer"],
                      "arrays": {k[len("adam."):]: v for k, v in arrays.items() if k.startswith("adam.")}}
         opt.check_state(opt_state)
@@ -317,11 +403,12 @@ def load_checkpoint(path, model: Transformer | None = None) -> Checkpoint:
 
 # --------------------------------------------------------------------------- training
 
-def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: float = 1e-3, warmup: int = 0,
-          min_lr: float = 0.0, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+def train(model: Transformer, task: Task, steps: int, *, batch_size: int = 32, lr: float = 1e-3, warmup: int = 0,
+          min_lr: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
           clip: float | None = 1.0, seed: int = 0, rng: np.random.Generator | None = None,
           optimizer: Adam | None = None, start_step: int = 0, progress: bool = True, desc: str = "train",
-          checkpoint_path=None, checkpoint_every: int | None = None, callback=None,
+          checkpoint_path: str | os.PathLike | None = None, checkpoint_every: int | None = None,
+          callback: Callable[[dict], None] | None = None,
           blas_threads: int | None = None) -> list[dict]:
     """Train ``model`` on batches from ``task`` with AdamW, clipping and a cosine schedule.
 
@@ -359,6 +446,16 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
     list of dict
         Per step: ``step``, ``loss``, ``grad_norm`` (before clipping), ``lr``, ``tokens``,
         ``tokens_per_s`` (wall clock, not deterministic).
+
+    Examples
+    --------
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> from posenc_np.study.tasks import CopyTask
+    >>> from posenc_np.train import train
+    >>> task, cfg = CopyTask(n=3, alphabet=4), ModelConfig(vocab_size=6, d_model=16, n_heads=2, n_layers=1)
+    >>> history = train(Transformer(cfg), task, 3, batch_size=4, lr=0.01, progress=False)
+    >>> [h["step"] for h in history], round(history[-1]["lr"], 6)   # cosine: 0.01 (1 + cos(2 pi / 3)) / 2 at step 2
+    ([0, 1, 2], 0.0025)
     """
     if not (callable(getattr(model, "forward", None)) and callable(getattr(model, "backward", None))
             and isinstance(getattr(model, "params", None), dict)):
@@ -368,7 +465,7 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
     steps = check_int(steps, "steps", minimum=0)
     start_step = check_int(start_step, "start_step", minimum=0, maximum=steps)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
-    lr, min_lr = _check_lrs(lr, min_lr)
+    lr, min_lr = check_lrs(lr, min_lr)
     warmup = check_int(warmup, "warmup", minimum=0)
     if clip is not None:
         clip = check_real(clip, "clip", positive=True)
@@ -390,8 +487,9 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
         rng = np.random.default_rng(check_int(seed, "seed", minimum=0))
     elif not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator or None, got {type(rng).__name__}")
+    ops = getattr(model, "ops", NUMPY)  # the model's choice of fused kernels (posenc_np.fused)
     if optimizer is None:
-        opt = Adam(model.params, lr=lr, betas=_check_betas(betas), eps=eps, weight_decay=weight_decay)
+        opt = ops.Adam(model.params, lr=lr, betas=check_betas(betas), eps=eps, weight_decay=weight_decay)
     elif not isinstance(optimizer, Adam) or optimizer.params is not model.params:
         raise TypeError("optimizer must be a posenc_np.optim.Adam created over model.params")
     else:
@@ -412,12 +510,13 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
                 sample = getattr(model, "training_positions", None)  # randomized positions draw after the batch
                 positions = sample(tokens.shape[1], rng) if sample is not None else None
                 logits = model.forward(tokens) if positions is None else model.forward(tokens, positions=positions)
-                loss, ce = softmax_cross_entropy(logits, targets)
+                loss, ce = ops.softmax_cross_entropy(logits, targets)
                 if not math.isfinite(loss):
                     raise ValueError(f"step {step}: the loss is {loss} (diverged); parameters were not updated")
                 model.backward(softmax_cross_entropy_backward(ce))
                 try:
-                    gnorm = clip_grad_norm(model.grads, clip) if clip is not None else _finite_norm(model.grads)
+                    gnorm = ops.clip_grad_norm(model.grads, clip) if clip is not None else \
+                        _finite_norm(model.grads, ops.global_norm)
                 except ValueError as exc:
                     raise ValueError(f"step {step}: {exc}") from exc
                 step_lr = cosine_schedule(step, total=steps, lr=lr, warmup=warmup, min_lr=min_lr)
@@ -437,8 +536,8 @@ def train(model: Transformer, task, steps: int, *, batch_size: int = 32, lr: flo
     return history
 
 
-def _finite_norm(grads) -> float:
-    """:func:`~posenc_np.optim.global_norm`, refusing NaN/inf gradients like ``clip_grad_norm``."""
+def _finite_norm(grads, global_norm) -> float:
+    """``global_norm(grads)``, refusing NaN/inf gradients like ``clip_grad_norm``."""
     total = global_norm(grads)
     if not math.isfinite(total):
         bad = next(k for k, g in grads.items() if not np.all(np.isfinite(g)))
@@ -447,7 +546,7 @@ def _finite_norm(grads) -> float:
     return total
 
 
-def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyond: int | None = None) -> dict:
+def evaluate(model: Transformer, tokens: ArrayLike, targets: ArrayLike, *, batch_size: int = 64, beyond: int | None = None) -> dict:
     """Teacher-forced metrics on scored positions (``targets != -100``).
 
     ``token_accuracy``: fraction of scored positions whose arg-max equals the target;
@@ -458,6 +557,16 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyon
 
     ``tokens`` and ``targets`` are integer ``(N, T)`` arrays of the same shape; ``batch_size``
     >= 1. Metrics over no scored position (``n_scored == 0``) are None, not 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.model import ModelConfig, Transformer
+    >>> from posenc_np.train import evaluate
+    >>> model = Transformer(ModelConfig(vocab_size=8, d_model=16, n_heads=2, n_layers=1))
+    >>> m = evaluate(model, np.array([[1, 2, 3], [3, 2, 1]]), np.array([[2, 3, -100], [2, 1, -100]]))
+    >>> m["n_sequences"], m["n_scored"], 0 <= m["token_accuracy"] <= 1, m["exact_match"] in (0.0, 0.5, 1.0)
+    (2, 4, True, True)
     """
     if not callable(getattr(model, "forward", None)):
         raise TypeError(f"model must have a forward(tokens) method (a Transformer), got {type(model).__name__}")
@@ -468,13 +577,14 @@ def evaluate(model: Transformer, tokens, targets, *, batch_size: int = 64, beyon
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     if beyond is not None:
         beyond = check_int(beyond, "beyond", minimum=0)
+    ops = getattr(model, "ops", NUMPY)
     correct = scored = seq_ok = correct_beyond = scored_beyond = 0
     loss_sum = 0.0
     for i in range(0, len(tokens), batch_size):
         tok, tgt = tokens[i:i + batch_size], targets[i:i + batch_size]
         logits = model.forward(tok)
         keep = tgt != -100
-        loss, _ = softmax_cross_entropy(logits, tgt)
+        loss, _ = ops.softmax_cross_entropy(logits, tgt)
         loss_sum += loss * keep.sum()
         hit = (logits.argmax(-1) == tgt) & keep
         correct += int(hit.sum())

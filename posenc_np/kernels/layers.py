@@ -3,15 +3,14 @@ the cross-entropy, the AdamW update and the sums of squares of gradient clipping
 
 Each replaces a dozen NumPy calls (and their temporaries) of a reference by one pass over its
 arrays. The references stay the definition and are what the tests compare against:
-:class:`posenc_np.layers.LayerNorm`, :func:`posenc_np.layers.gelu` / ``_gelu`` (``"tanh"``),
-``posenc_np.attention._softmax`` / :func:`~posenc_np.attention.softmax_backward`,
-:func:`posenc_np.layers.softmax_cross_entropy` and its backward, :class:`posenc_np.optim.Adam`
-and :func:`posenc_np.optim.global_norm`. Users reach these through ``backend="auto" | "numba"``
-of those classes and functions (``auto`` and ``numba`` alike: the kernel whenever the arrays
-share the dtype float32 or float64, the reference otherwise); the model's attention uses the
-softmax kernels. Each entry point checks its arrays' dtypes, shapes and (where it indexes with
-them) class indices, unless called with ``check=False`` by a caller that has checked them
-already (those classes and functions do: the checks cost 2-4 % of a training step).
+:func:`posenc_np.layers.layer_norm` and its backward, :func:`posenc_np.layers.gelu_with_slope`
+(``"tanh"``), :func:`posenc_np.attention.masked_softmax` and :func:`~posenc_np.attention.softmax_backward`,
+:func:`posenc_np.layers.cross_entropy_rows`, :func:`posenc_np.optim.adamw_update` and
+:func:`posenc_np.optim.sum_of_squares`. The model and its training reach them through
+:mod:`posenc_np.fused` (the kernel whenever the arrays share the dtype float32 or float64, the
+reference otherwise). Each entry point checks its arrays' dtypes, shapes and (where it indexes
+with them) class indices, unless called with ``check=False`` by a caller that has checked them
+already (:mod:`posenc_np.fused` does: the checks cost 2-4 % of a training step).
 
 At a training step's sizes ((512, 64) to (512, 256) float32) each NumPy call costs a few
 microseconds of dispatch and a pass over memory, so the references spend most of their time
@@ -37,22 +36,22 @@ Numerics
     :math:`\\sigma(2u) = 1/(1 + e^{-2u})` (the same function), and
     :math:`1 - \\tanh^2 u = 4e/(1 + e)^2` with :math:`e = e^{-2|u|} \\in (0, 1]`: no
     cancellation for large negative :math:`u`, where ``1 + tanh(u)`` loses every digit.
-    :math:`e^x` is :func:`posenc_np.kernels.alibi._exp` (vectorised; measured max error 0.58
+    :math:`e^x` is :func:`posenc_np.kernels._numba.exp` (vectorised; measured max error 0.58
     ulp in float32, 2.0 ulp in float64), in the input dtype. Clipping at
     :data:`posenc_np.layers.GELU_CLIP` as the reference (``gelu(-inf) = 0``, ``gelu(inf) =
     inf``, NaN propagates).
 ``softmax_rows`` / ``cross_entropy_rows``
-    Per row: the maximum, :math:`e^{x - m}` with :func:`_exp` and its sum, a division (and the
+    Per row: the maximum, :math:`e^{x - m}` with :func:`~posenc_np.kernels._numba.exp` and its sum, a division (and the
     target's log-probability), in the input dtype. Rows the reference gives special values
     (a kept ``+inf`` in the softmax; a NaN or infinite logit in the cross-entropy) are flagged
-    for the caller to compute with the reference. Their backwards are the references'
-    operations per row (``cross_entropy_backward`` bit-identical).
+    for the caller to compute with the reference. The softmax backward is the reference's
+    operations per row, summed in another order.
 ``sum_squares``
     float64 accumulation, summed in another order than ``np.dot``: within a few ulps.
 ``adamw_update``
     The reference's operations in its order and dtype (scalars rounded to the parameter dtype
     first, as NumPy does with Python floats), compiled without fast-math: bit-identical to
-    :meth:`posenc_np.optim.Adam.step`.
+    :func:`posenc_np.optim.adamw_update`.
 """
 
 from __future__ import annotations
@@ -61,12 +60,11 @@ import math
 
 import numpy as np
 
-from .._util import _KERNEL_DTYPES
-from .alibi import _exp
-from ._numba import njit_kernel
+from .._backend import KERNEL_DTYPES
+from ._numba import exp, njit_kernel
 
-__all__ = ["adamw_flat", "adamw_scalars", "adamw_update", "gelu_tanh", "layer_norm_backward", "layer_norm_forward",
-           "softmax_rows", "softmax_rows_backward", "sum_squares", "cross_entropy_rows", "cross_entropy_backward"]
+__all__ = ["adamw_update", "cross_entropy_rows", "gelu_tanh", "layer_norm_backward", "layer_norm_forward",
+           "softmax_rows", "softmax_rows_backward", "sum_squares"]
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _GELU_C = 0.044715
@@ -133,7 +131,7 @@ def _check(shape=None, **arrays) -> None:
     Numba's typing errors or indexing out of bounds."""
     first = None
     for name, a in arrays.items():
-        if not isinstance(a, np.ndarray) or a.dtype not in _KERNEL_DTYPES:
+        if not isinstance(a, np.ndarray) or a.dtype not in KERNEL_DTYPES:
             raise TypeError(f"{name} must be a float32 or float64 ndarray, got {type(a).__name__} "
                             f"{getattr(a, 'dtype', '')}")
         if first is None:
@@ -154,7 +152,8 @@ def _check_targets(targets, rows: int, classes: int) -> np.ndarray:
     return t.astype(np.int64, copy=False)
 
 
-def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, *, check: bool = True):
+def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float, *,
+                       check: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""LayerNorm over the last axis in one pass per row: ``(y, xhat, rstd)``.
 
     :math:`\hat x = (x - \mu)\,r`, :math:`r = (\sigma^2 + \epsilon)^{-1/2}` (biased variance),
@@ -175,6 +174,15 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
         x's shape and dtype.
     rstd : ndarray, float64, shape ``x.shape[:-1]``
         :math:`r` per row (kept unrounded for the backward).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> x, gamma, beta = np.array([[1.0, 3.0]]), np.array([2.0, 2.0]), np.array([0.5, 0.5])
+    >>> y, xhat, rstd = kl.layer_norm_forward(x, gamma, beta, 0.0)   # mean 2, variance 1: r = 1
+    >>> xhat.tolist(), y.tolist(), rstd.tolist()                     # y = 2 xhat + 0.5
+    ([[-1.0, 1.0]], [[-1.5, 2.5]], [1.0])
     """
     d = x.shape[-1]
     if check:
@@ -187,13 +195,24 @@ def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: 
     return y.reshape(x.shape), xhat.reshape(x.shape), rstd.reshape(x.shape[:-1])
 
 
-def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamma: np.ndarray, *, check: bool = True):
+def layer_norm_backward(dy: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, gamma: np.ndarray, *,
+                        check: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Backward of :func:`layer_norm_forward`: ``(dx, dgamma, dbeta)``.
 
     With :math:`g = \gamma \odot \partial L/\partial y` and means over the last axis:
     :math:`\partial L/\partial x = r\,(g - \overline{g} - \hat x\,\overline{g \odot \hat x})`,
     :math:`\partial L/\partial \gamma = \sum_{\text{rows}} \partial L/\partial y \odot \hat x`,
     :math:`\partial L/\partial \beta = \sum_{\text{rows}} \partial L/\partial y`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> gamma, beta = np.ones(3), np.zeros(3)
+    >>> y, xhat, rstd = kl.layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), gamma, beta, 0.0)
+    >>> dx, dgamma, dbeta = kl.layer_norm_backward(np.array([[1.0, 0.0, 0.0]]), xhat, rstd, gamma)
+    >>> dx.round(6).tolist()        # r = sqrt(3/2), xhat = r (-1, 0, 1): dx = r (1/6, -1/3, 1/6)
+    [[0.204124, -0.408248, 0.204124]]
     """
     d = xhat.shape[-1]
     if check:
@@ -222,7 +241,7 @@ def _gelu_tanh(x, clip, y, dydx):
         xc = lo if v < lo else (hi if v > hi else v)  # NaN stays NaN
         x2 = xc * xc
         u = c0 * xc * (one + c1 * x2)
-        e = _exp(ft(-2) * abs(u))  # in (0, 1]
+        e = exp(ft(-2) * abs(u))  # in (0, 1]
         s = one / (one + e)  # sigma(2|u|)
         cdf = s if u >= 0 else e * s  # sigma(2u) = (1 + tanh u) / 2
         dcdf = half * c0 * (ft(4) * e * s * s) * (one + ft(3) * c1 * x2)  # 1 - tanh^2 u = 4e/(1+e)^2
@@ -230,7 +249,7 @@ def _gelu_tanh(x, clip, y, dydx):
         y[i] = (lo if v < lo else v) * cdf
 
 
-def gelu_tanh(x: np.ndarray, clip: float, *, check: bool = True):
+def gelu_tanh(x: np.ndarray, clip: float, *, check: bool = True) -> tuple[np.ndarray, np.ndarray]:
     r"""tanh-GELU and its derivative in one pass: ``(y, dy/dx)``.
 
     :math:`y = x\,\Phi(x)`, :math:`\Phi(x) = \tfrac12(1 + \tanh u)`,
@@ -250,6 +269,16 @@ def gelu_tanh(x: np.ndarray, clip: float, *, check: bool = True):
     -------
     y, dydx : ndarray
         x's shape and dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> y, dydx = kl.gelu_tanh(np.array([0.0, 1.0, 50.0]), 40.0)
+    >>> y.round(6).tolist()         # x Phi(x): 0 at 0, (1 + tanh(0.833563)) / 2 at 1, x beyond the clip
+    [0.0, 0.841192, 50.0]
+    >>> dydx.round(6).tolist()      # Phi(0) = 1/2; slope 1 where the gate has saturated
+    [0.5, 1.082964, 1.0]
     """
     if check:
         _check(x=x)
@@ -277,7 +306,7 @@ def _softmax_rows(x, keep, out, inf_rows):
         shift = m if m > ninf else zero  # the kept maximum, or 0 without a kept entry
         total = zero
         for j in range(xr.shape[0]):
-            e = _exp(xr[j] - shift)  # argument <= 0 (but with +inf: ignored)
+            e = exp(xr[j] - shift)  # argument <= 0 (but with +inf: ignored)
             e = e if kr[j] else zero
             yr[j] = e
             total += e
@@ -297,14 +326,15 @@ def _softmax_rows_backward(dp, p, dx):
             dx[i, j] = p[i, j] * (dp[i, j] - dot)
 
 
-def softmax_rows(logits: np.ndarray, keep: np.ndarray | None, *, check: bool = True):
+def softmax_rows(logits: np.ndarray, keep: np.ndarray | None, *,
+                 check: bool = True) -> tuple[np.ndarray, np.ndarray]:
     r"""Masked softmax over the last axis, as :func:`posenc_np.attention.softmax` (``axis=-1``).
 
     :math:`p_j = e^{x_j - m} / \sum_{j' \in K} e^{x_{j'} - m}`, :math:`m = \max_{j \in K} x_j`,
     over the kept entries :math:`K` (``keep`` and not ``-inf``); a row without kept entries
     is 0 and a kept NaN makes its row NaN. Rows with a kept ``+inf`` are flagged, not
     computed: the caller gives them to the reference (``posenc_np.attention`` does; NaN at the
-    infinities, 0 elsewhere). Three short loops per row (max, exp with :func:`_exp` and sum,
+    infinities, 0 elsewhere). Three short loops per row (max, exp with :func:`~posenc_np.kernels._numba.exp` and sum,
     divide) instead of the reference's ~10 array passes.
 
     Parameters
@@ -320,6 +350,17 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None, *, check: bool = T
         ``logits``' shape and dtype; the flagged rows hold no meaningful values.
     inf_rows : ndarray of bool, shape ``(logits.size // k,)``
         The rows (``logits`` flattened to ``(-1, k)``) with a kept ``+inf``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> logits = np.array([[0.0, 0.0, np.log(2.0)], [np.inf, 0.0, 0.0]])
+    >>> probs, inf_rows = kl.softmax_rows(logits, None)
+    >>> probs[0].round(6).tolist(), inf_rows.tolist()   # e^0, e^0, e^log 2 over 4; row 1 is left to the caller
+    ([0.25, 0.25, 0.5], [False, True])
+    >>> kl.softmax_rows(logits[:1], np.array([True, True, False]))[0].round(6).tolist()   # the last entry masked
+    [[0.5, 0.5, 0.0]]
     """
     if check:
         _check(logits=logits)
@@ -336,7 +377,16 @@ def softmax_rows(logits: np.ndarray, keep: np.ndarray | None, *, check: bool = T
 
 def softmax_rows_backward(dprobs: np.ndarray, probs: np.ndarray, *, check: bool = True) -> np.ndarray:
     r"""Backward of :func:`softmax_rows`: :math:`\partial L/\partial x = p \odot (g - \langle g, p\rangle)`
-    per row (``dprobs`` and ``probs`` of one shape and dtype)."""
+    per row (``dprobs`` and ``probs`` of one shape and dtype).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> p = np.array([[0.25, 0.25, 0.5]])
+    >>> kl.softmax_rows_backward(np.array([[1.0, 0.0, 0.0]]), p).tolist()   # <g, p> = 0.25: p (g - 0.25)
+    [[0.1875, -0.0625, -0.125]]
+    """
     if check:
         _check(probs.shape, dprobs=dprobs, probs=probs)
     width = probs.shape[-1]
@@ -358,7 +408,7 @@ def _cross_entropy_rows(x, targets, probs, logp_t, bad_rows):
             m = max(m, xr[j])
         total = ft(0)
         for j in range(xr.shape[0]):
-            e = _exp(xr[j] - m)
+            e = exp(xr[j] - m)
             pr[j] = e
             total += e
         # NaN or +-inf logits make m or the total non-finite: those rows go to the reference
@@ -368,7 +418,8 @@ def _cross_entropy_rows(x, targets, probs, logp_t, bad_rows):
         logp_t[i] = (xr[targets[i]] - m) - math.log(total)
 
 
-def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray, *, check: bool = True):
+def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray, *,
+                       check: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""Softmax and target log-probability per row, one pass each: ``(probs, logp_t, bad_rows)``.
 
     :math:`p_{jc} = e^{z_{jc} - m_j} / s_j`, :math:`\log p_{j t_j} = z_{j t_j} - m_j - \log s_j`
@@ -383,6 +434,15 @@ def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray, *, check: bool =
     targets : integer ndarray, shape ``(rows,)``, each in ``[0, C)``
     check : bool
         Check the arguments (``False``: the caller has; see the module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> logits = np.array([[0.0, 0.0, np.log(2.0)], [0.0, np.nan, 0.0]])
+    >>> probs, logp_t, bad_rows = kl.cross_entropy_rows(logits, np.array([2, 0]))
+    >>> probs[0].round(6).tolist(), round(float(logp_t[0]), 6), bad_rows.tolist()   # log(1/2); row 1 has a NaN
+    ([0.25, 0.25, 0.5], -0.693147, [False, True])
     """
     if check:
         _check(logits=logits)
@@ -395,31 +455,6 @@ def cross_entropy_rows(logits: np.ndarray, targets: np.ndarray, *, check: bool =
     bad_rows = np.empty(logits.shape[0], dtype=np.bool_)
     _cross_entropy_rows(logits, targets, probs, logp_t, bad_rows)
     return probs, logp_t, bad_rows
-
-
-@_serial
-def _cross_entropy_backward(probs, targets, weights, d):
-    for i in range(probs.shape[0]):
-        w = weights[i]
-        for j in range(probs.shape[1]):
-            d[i, j] = probs[i, j] * w
-        d[i, targets[i]] = (probs[i, targets[i]] - probs.dtype.type(1)) * w
-
-
-def cross_entropy_backward(probs: np.ndarray, targets: np.ndarray, weights: np.ndarray, *,
-                           check: bool = True) -> np.ndarray:
-    r""":math:`(p_{jc} - [c = t_j])\,w_j` per row (``weights`` ``w``: ``[t_j \ne \text{ignore}]\,dL/N``
-    in the probabilities' dtype), as :func:`posenc_np.layers.softmax_cross_entropy_backward`."""
-    if check:
-        _check(probs=probs, weights=weights)
-        if probs.ndim != 2:
-            raise ValueError(f"probs must be (rows, C), got shape {probs.shape}")
-        _check((probs.shape[0],), weights=weights)
-        targets = _check_targets(targets, probs.shape[0], probs.shape[1])
-    probs = np.ascontiguousarray(probs)
-    d = np.empty_like(probs)
-    _cross_entropy_backward(probs, targets, weights, d)
-    return d
 
 
 # --------------------------------------------------------------------------- gradient norms
@@ -436,7 +471,17 @@ def _sum_squares(x):
 def sum_squares(a: np.ndarray, *, check: bool = True) -> float:
     r""":math:`\sum_i a_i^2` of a C-contiguous float32/float64 array, accumulated in float64, in
     one pass (gradient clipping's norm and its finiteness test: a NaN or inf element makes the
-    sum NaN or inf; so can float64 elements beyond ~1e154, whose squares overflow)."""
+    sum NaN or inf; so can float64 elements beyond ~1e154, whose squares overflow).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> kl.sum_squares(np.array([[3.0, 4.0], [0.0, 12.0]]))    # 9 + 16 + 144
+    169.0
+    >>> kl.sum_squares(np.array([1.0, np.inf], dtype=np.float32))   # a non-finite element shows in the sum
+    inf
+    """
     if check:
         _check(a=a)
     return _sum_squares(a.reshape(-1))
@@ -456,14 +501,14 @@ def _adamw(p, g, m, v, b1, c1, b2, c2, decay, step_size, root_bc2, eps):
         p[i] = p[i] * decay - step_size * (mi / denom)
 
 
-def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: float, root_bc2: float,
-                 eps: float, check: bool = True) -> None:
+def adamw_update(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, *, b1: float, b2: float, decay: float,
+                 step_size: float, root_bc2: float, eps: float, check: bool = True) -> None:
     r"""One AdamW update of one parameter, in place on ``p``, ``m``, ``v``.
 
     :math:`m \leftarrow \beta_1 m + (1 - \beta_1) g`, :math:`v \leftarrow \beta_2 v + (1 - \beta_2) g^2`,
     :math:`p \leftarrow p\,(1 - \eta\lambda) - s\,m / (\sqrt v / \sqrt{1 - \beta_2^t} + \epsilon)`
     with :math:`s = \eta / (1 - \beta_1^t)` (Loshchilov & Hutter 2019), exactly as
-    :meth:`posenc_np.optim.Adam.step` computes it.
+    :func:`posenc_np.optim.adamw_update` computes it.
 
     Parameters
     ----------
@@ -477,6 +522,16 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: f
         :math:`s`, :math:`\sqrt{1 - \beta_2^t}`, :math:`\epsilon`.
     check : bool
         Check the arguments (``False``: the caller has; see the module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.kernels import layers as kl
+    >>> p, g, m, v = np.ones(2), np.array([0.5, -2.0]), np.zeros(2), np.zeros(2)
+    >>> kl.adamw_update(p, g, m, v, b1=0.9, b2=0.999, decay=1.0, step_size=0.1 / (1 - 0.9),
+    ...                 root_bc2=(1 - 0.999) ** 0.5, eps=1e-8)
+    >>> p.round(6).tolist(), m.round(6).tolist()   # step 1 moves each weight by lr = 0.1 against its gradient's sign
+    ([0.9, 1.1], [0.05, -0.2])
     """
     if check:
         _check(p.shape, p=p, g=g, m=m, v=v)
@@ -484,23 +539,6 @@ def adamw_update(p, g, m, v, *, b1: float, b2: float, decay: float, step_size: f
             if not a.flags.c_contiguous or (name != "g" and not a.flags.writeable):
                 raise ValueError(f"{name} must be a C-contiguous{'' if name == 'g' else ', writeable'} array "
                                  "(it is updated through a flat view)")
-    adamw_flat(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1),
-               adamw_scalars(p.dtype, b1=b1, b2=b2, decay=decay, step_size=step_size, root_bc2=root_bc2, eps=eps))
-
-
-def adamw_scalars(dtype, *, b1: float, b2: float, decay: float, step_size: float, root_bc2: float,
-                  eps: float) -> tuple:
-    r"""The scalar arguments of :func:`adamw_flat` for arrays of ``dtype``: :math:`\beta_1`,
-    :math:`1 - \beta_1`, :math:`\beta_2`, :math:`1 - \beta_2`, ``decay``, ``step_size``,
-    ``root_bc2``, ``eps``, each rounded once to ``dtype`` (as NumPy rounds a Python float
-    operand of a float32 array), so that float32 updates stay float32."""
-    ft = np.dtype(dtype).type
-    return (ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2), ft(decay), ft(step_size), ft(root_bc2), ft(eps))
-
-
-def adamw_flat(p, g, m, v, scalars: tuple) -> None:
-    """:func:`adamw_update` on flat views without any check: ``p, g, m, v`` 1-D, C-contiguous,
-    one float32/float64 dtype and length, ``scalars`` from :func:`adamw_scalars` for that dtype.
-    For an optimizer that prepares the views and scalars once (a call costs ~1 us against
-    ~4.5 us through :func:`adamw_update`)."""
-    _adamw(p, g, m, v, *scalars)
+    ft = p.dtype.type  # each scalar rounded once to the parameters' dtype, as NumPy rounds a Python float
+    _adamw(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), ft(b1), ft(1.0 - b1), ft(b2), ft(1.0 - b2),
+           ft(decay), ft(step_size), ft(root_bc2), ft(eps))

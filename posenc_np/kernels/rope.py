@@ -1,55 +1,34 @@
 r"""Numba kernel for the RoPE rotation (forward and backward), an optimisation of
 :func:`posenc_np.rope.apply` / :func:`posenc_np.rope.apply_backward`.
 
-Each channel pair :math:`(a, b)` of ``x`` is rotated by its angle :math:`t`:
-
-.. math::
-
-    a' = a\cos t - b\sin t, \qquad b' = a\sin t + b\cos t,
-
-with pairs :math:`(i, i + d/2)` for ``layout="half"`` and :math:`(2i, 2i+1)` for
-``layout="interleaved"``; channels past the rotary dim :math:`d` pass through. The backward
-(``inverse=True``) is the same rotation with :math:`-\sin t`. The arithmetic is the
-reference's, operation for operation, in ``x``'s dtype; ``contract`` (FMA) is left out of
-the fast-math flags so that the table path is bit-identical to the NumPy reference (up to the
-sign of zero results, ``nsz``).
-
-Two entry points share one kernel:
-
-* :func:`rope_apply` takes ``cos``/``sin`` tables (``posenc_np.rope.cos_sin``), broadcast
-  against ``x``'s leading axes exactly as NumPy would. Output channel ``j`` is computed with
-  table channel ``j`` (Hugging Face's ``x * cos + rotate(x) * sin``, elementwise); in a valid
-  layout table both channels of a pair hold the same value, and then this is the reference's
-  per-pair result bit for bit. :func:`posenc_np.rope.apply` checks the tables; this function
-  does not (it is the fast path).
-* :func:`rope_apply_angles` takes positions and ``inv_freq`` and computes
-  :math:`f\cos(p\,\omega_i)`, :math:`f\sin(p\,\omega_i)` on the fly in float64, cast once to
-  ``x``'s dtype: the same numbers as ``cos_sin(positions, inv_freq, attention_factor=f,
-  dtype=x.dtype, method="direct")`` up to the libm ``sin``/``cos`` (glibc in Numba; NumPy 2.4 calls the same
-  libm here, and the results were identical in every test).
+Each channel pair :math:`(a, b)` of ``x`` (:math:`(i, i + d/2)` for ``half``, :math:`(2i, 2i+1)`
+for ``interleaved``) becomes :math:`(a\cos t - b\sin t,\ a\sin t + b\cos t)`; channels past the
+rotary dim pass through; the backward (``inverse=True``) uses :math:`-\sin t`. The arithmetic is
+the reference's, operation for operation, in ``x``'s dtype; ``contract`` (FMA) is left out of the
+fast-math flags so that results are bit-identical to the NumPy reference (up to the sign of zero
+results, ``nsz``). Output channel ``j`` is computed with table channel ``j`` (Hugging Face's
+``x * cos + rotate(x) * sin``, elementwise); in a valid layout table both channels of a pair hold
+the same value, and then this is the reference's per-pair result bit for bit.
+:func:`rope_apply` checks only the tables' shapes (:func:`posenc_np.rope.apply` checks their
+values); :func:`rotate_tables` is the unchecked entry :func:`posenc_np.rope.rotate` calls.
 
 How the work is laid out (no copy of ``x`` for any strides)
 -----------------------------------------------------------
-``x``'s leading axes split into *table axes* (where ``cos``/``sin`` or the positions vary)
-and *broadcast axes* (where they repeat). For each operand the Python wrapper builds the
-element offset of every row along each group, from the array's own strides (negative, zero,
-transposed: any), and hands the kernel a flat 1-D view of the operand's memory. The group
-with the smaller ``x`` stride is walked innermost, so ``(B, H, T, D)`` with ``(T, d)``
-tables streams each head's rows in memory order (tables re-read from cache), and
-``(B, T, H, D)`` with ``(T, 1, d)`` tables streams each position's heads with one table row.
-``prange`` runs over blocks of rows. With on-the-fly angles each block first computes a
-tile of cos/sin for its table rows (at most 256 KiB, L2-resident) that all its broadcast
-rows reuse, so each angle's sin and cos is evaluated about once per call. Rows with
-unit-stride channels take a vectorised loop; any other channel stride a scalar loop.
-The offsets cost 8 bytes per row per operand.
+``x``'s leading axes split into *table axes* (where ``cos``/``sin`` vary) and *broadcast axes*
+(where they repeat). The Python wrapper builds the element offset of every row along each group
+from each operand's own strides (negative, zero, transposed: any; 8 bytes per row per operand)
+and hands the kernel flat 1-D views. The group with the smaller ``x`` stride is walked
+innermost, so ``(B, H, T, D)`` with ``(T, d)`` tables streams each head's rows in memory order,
+and ``(B, T, H, D)`` with ``(T, 1, d)`` tables each position's heads with one table row.
+``prange`` runs over blocks of rows whose table rows fit 256 KiB (L2-resident). Unit-stride
+channels take a vectorised loop, any other channel stride a scalar loop.
 
 What copies: ``x`` with a non-native byte order, misaligned data or strides that are not a
-multiple of its item size (a contiguous copy); ``cos``/``sin`` of another dtype than ``x``
-(cast, as the reference does) or whose channel axis is not unit-stride (a contiguous copy of
-the table); an ``x`` or table that partially overlaps ``out`` (copied first, like NumPy
-ufuncs); a misaligned or byte-swapped ``out`` (computed into a temporary, then copied in).
-``out=x`` (the same view) works in place without a copy: each pair is read before it is
-written. Small calls (under ``_ELEMENTS_PER_THREAD`` elements per thread) run on one thread.
+multiple of its item size; ``cos``/``sin`` of another dtype than ``x`` (cast, as the reference
+does) or whose channel axis is not unit-stride; an input that partially overlaps ``out`` (copied
+first, like NumPy ufuncs); a misaligned or byte-swapped ``out`` (computed into a temporary).
+``out=x`` works in place without a copy. Small calls (under ``_ELEMENTS_PER_THREAD`` elements
+per thread) run on one thread.
 """
 
 from __future__ import annotations
@@ -60,25 +39,14 @@ import threading
 import numba
 import numpy as np
 from numba import uint64
+from numpy.typing import ArrayLike
 
-from .. import _exact
-from .._checks import (
-    as_float_array,
-    as_positions,
-    check_choice,
-    check_out_form,
-    check_real,
-)
+from .._checks import ROPE_LAYOUTS as LAYOUTS
+from .._checks import check_choice, check_out, check_rope_tables
 from .._checks import shares_memory as _overlaps
-from .._table_checks import ROPE_LAYOUTS as LAYOUTS
-from .._table_checks import check_rope_tables as _check_tables
 from ._numba import FASTMATH, launch_guard, njit_kernel
 
-__all__ = ["ROPE_NUMBA_MIN_ELEMENTS", "rope_apply", "rope_apply_angles", "rope_apply_qk"]
-
-# ``backend="auto"``'s switch, defined (with its measurement) in the package
-# ``posenc_np/kernels/__init__.py`` so that ``rope.apply`` can read it without importing Numba.
-from . import ROPE_NUMBA_MIN_ELEMENTS
+__all__ = ["rope_apply", "rotate_tables"]
 
 # RoPE needs no contraction: without ``contract`` each product and sum is rounded exactly as
 # the NumPy reference rounds it, so the table path matches it bit for bit.
@@ -95,11 +63,9 @@ _ELEMENTS_PER_THREAD = 1 << 17
 # --------------------------------------------------------------------------- kernel
 #
 # Three layers, each compiled once per dtype:
-#   _rope_kernel   prange over the work items of one or two operands (x, or q and k); holds
-#                  only calls, which keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s
-#                  CPU per dtype, measured)
-#   _rotate_block  one work item (a block of outer x inner rows of one operand): fills the
-#                  cos/sin tile when angles are computed on the fly, then calls _walk
+#   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
+#                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
+#   _rotate_block  one work item (a block of outer x inner rows): calls _walk
 #   _walk          two plain nested loops over the block's rows. It is specialised in place
 #                  (xb is None) or not, so that each compiled loop nest inlines _rotate_row
 #                  exactly once, and its loop order is fixed (the planner decides which axes
@@ -107,13 +73,11 @@ _ELEMENTS_PER_THREAD = 1 << 17
 #                  loop order chosen at run time, made LLVM give up vectorising (1.5-6x
 #                  slower); a call per row costs more than the row.
 #
-# An operand is described by its flat buffers (x, out) and two int64 offset arrays, ``A`` for
+# The rotation is described by the flat buffers (x, out) and two int64 offset arrays, ``A`` for
 # the outer rows and ``I`` for the inner rows, each with three lines: x, out and table row
 # offsets (the element offset of row (a, b) is ``A[k, a] + I[k, b]``; origins are folded into
-# ``A``; cos and sin are laid out alike, so one table offset serves both), a second pair
-# ``PA``/``PI`` of two lines (on-the-fly angles: the row of the small "block" and "offset"
-# tables of each table row along the outer and inner axes), and ``meta``: x's and out's
-# channel strides, tables_inner, a_block, b_block, in_place. The loops that touch the arrays
+# ``A``; cos and sin are laid out alike, so one table offset serves both), and ``meta``: x's and
+# out's channel strides, tables_inner, a_block, b_block, in_place. The loops that touch the arrays
 # are compiled ``noalias`` (see ``njit_kernel``): ``_run`` guarantees that no array a kernel
 # writes shares memory with another array argument (in place, ``x`` is not passed at all).
 
@@ -125,10 +89,8 @@ def _rotate_row(src, s0, s_step, dst, d0, d_step, ctab, c0, stab, t0, n_pairs, w
                 in_place):
     """Rotate one row: ``src[s0 + j*s_step]`` -> ``dst[d0 + j*d_step]``, j < width.
 
-    ``ctab[c0 + j]``, ``stab[t0 + j]`` is a table row with unit channel stride (or a tile laid
-    out the same way). Output channel ``j`` uses table channel ``j`` (Hugging Face's
-    ``x * cos + rotate(x) * sin``, elementwise); the two channels of a pair hold the same
-    value in a valid table, so this is the reference's per-pair result bit for bit. Reading
+    ``ctab[c0 + j]``, ``stab[t0 + j]`` is a table row with unit channel stride. Output channel ``j``
+    uses table channel ``j`` (see the module docstring). Reading
     only the first channel of each pair is slower: for ``interleaved`` the gap stops LLVM
     vectorising (5x), for ``half`` the half-rows defeat the prefetcher (measured ~25 %).
     ``sign`` is +1 (forward) or -1 (backward: ``s * -1`` is exactly ``-s``). ``in_place``:
@@ -205,19 +167,18 @@ def _rotate_row_strided(src, s0, s_step, dst, d0, d_step, ctab, c0, stab, t0, n_
 
 
 @njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
-def _walk(xb, ob, A, I, x_step, o_step, ctab, stab, c_shift, a_lo, a_hi, b_lo, b_hi, n_pairs, width,
-          interleaved, sign):
+def _walk(xb, ob, A, I, x_step, o_step, ctab, stab, a_lo, a_hi, b_lo, b_hi, n_pairs, width, interleaved, sign):
     """Rotate rows ``(a, b)`` for ``a_lo <= a < a_hi`` (outer) and ``b_lo <= b < b_hi`` (inner).
 
     Row ``(a, b)`` of x starts at ``A[0, a] + I[0, b]``, of out at ``A[1, a] + I[1, b]``, of both
-    tables at ``A[2, a] + I[2, b] + c_shift`` (one of the two is all zeros: the tables vary along
-    the outer or along the inner axes; ``c_shift`` moves the rows into an on-the-fly tile).
+    tables at ``A[2, a] + I[2, b]`` (one of the two is all zeros: the tables vary along the outer
+    or along the inner axes).
     ``xb is None``: in place (``out`` is ``x``); resolved at compile time.
     """
     for a in range(a_lo, a_hi):
         x_a = A[0, a]
         y_a = A[1, a]
-        t_a = A[2, a] + c_shift
+        t_a = A[2, a]
         for b in range(b_lo, b_hi):
             y_row = y_a + I[1, b]
             t_row = t_a + I[2, b]
@@ -230,46 +191,8 @@ def _walk(xb, ob, A, I, x_step, o_step, ctab, stab, c_shift, a_lo, a_hi, b_lo, b
 
 
 @njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
-def _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, interleaved):
-    r"""The cos/sin rows of table rows ``p_lo <= p < p_hi`` by angle addition, laid out like table rows.
-
-    Table row ``p`` is at position :math:`P = B\,j + r` with ``j = blk[p]``, ``r = off[p]``
-    (rows of the small tables): with :math:`a = Bj\omega_i`, :math:`b = r\omega_i`,
-
-    .. math::
-
-        \cos(a + b) = \cos a\cos b - \sin a\sin b, \qquad \sin(a + b) = \sin a\cos b + \cos a\sin b,
-
-    evaluated in float64 from the exact small tables ``hc, hs`` (:math:`\cos a, \sin a`) and
-    ``lc, ls`` (:math:`\cos b, \sin b`), times ``factor``, cast once to the tile's dtype.
-    """
-    rotary = 2 * n_pairs
-    for p in range(p_lo, p_hi):
-        j = blk[p]
-        r = off[p]
-        t0 = (p - p_lo) * rotary
-        for i in range(n_pairs):
-            ca, sa, cr, sr = hc[j, i], hs[j, i], lc[r, i], ls[r, i]
-            c = factor * (ca * cr - sa * sr)
-            s = factor * (sa * cr + ca * sr)
-            ja = 2 * i if interleaved else i  # both channels of the pair, like a table row
-            jb = ja + 1 if interleaved else i + n_pairs
-            cb[t0 + ja] = c  # cast once to x's dtype
-            cb[t0 + jb] = c
-            sb[t0 + ja] = s
-            sb[t0 + jb] = s
-
-
-@njit_kernel(parallel=False, fastmath=_FASTMATH, noalias=True)
-def _rotate_block(item, xb, ob, A, I, PA, PI, meta, cb, sb, hc, hs, lc, ls, factor, from_angles,
-                  n_pairs, width, interleaved, inverse):
-    """Rotate work item ``item`` of one operand: ``a_block`` outer x ``b_block`` inner rows.
-
-    With ``from_angles`` the item first fills a tile with the cos/sin rows of its table rows
-    (the inner rows if the tables vary along the inner axes, else the outer rows) by
-    :func:`_fill_tile`; the operand's table offsets are then tile row offsets ``p * rotary``
-    (zeros on the other axis), shifted by the item's first table row.
-    """
+def _rotate_block(item, xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse):
+    """Rotate work item ``item`` of one operand: ``a_block`` outer x ``b_block`` inner rows."""
     a_block, b_block = meta[_M_ABLOCK], meta[_M_BBLOCK]
     b_items = (I.shape[1] + b_block - 1) // b_block
     ai = item // b_items
@@ -280,23 +203,12 @@ def _rotate_block(item, xb, ob, A, I, PA, PI, meta, cb, sb, hc, hs, lc, ls, fact
     b_hi = min(I.shape[1], b_lo + b_block)
     one = ob.dtype.type(1)
     sign = -one if inverse else one  # backward: rotate by -t
-    c_shift = 0
-    if from_angles:
-        rotary = 2 * n_pairs
-        if meta[_M_TINNER]:
-            p_lo, p_hi, blk, off = b_lo, b_hi, PI[0], PI[1]
-        else:
-            p_lo, p_hi, blk, off = a_lo, a_hi, PA[0], PA[1]
-        cb = np.empty((p_hi - p_lo) * rotary, dtype=ob.dtype)
-        sb = np.empty((p_hi - p_lo) * rotary, dtype=ob.dtype)
-        _fill_tile(cb, sb, p_lo, p_hi, blk, off, hc, hs, lc, ls, factor, n_pairs, interleaved)
-        c_shift = -p_lo * rotary  # tile row of p: p * rotary + c_shift
     if meta[_M_INPLACE]:
-        _walk(None, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, c_shift, a_lo, a_hi, b_lo, b_hi,
-              n_pairs, width, interleaved, sign)
+        _walk(None, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, a_lo, a_hi, b_lo, b_hi, n_pairs, width,
+              interleaved, sign)
     else:
-        _walk(xb, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, c_shift, a_lo, a_hi, b_lo, b_hi,
-              n_pairs, width, interleaved, sign)
+        _walk(xb, ob, A, I, meta[_M_XSTEP], meta[_M_OSTEP], cb, sb, a_lo, a_hi, b_lo, b_hi, n_pairs, width,
+              interleaved, sign)
 
 
 def _rope_kernel_of(parallel: bool):
@@ -304,23 +216,12 @@ def _rope_kernel_of(parallel: bool):
     calling thread: no thread wake-up and no change of Numba's thread count, which costs tens
     of microseconds per call). One body for both; each gets its own name for Numba's cache."""
 
-    def kernel(xb1, ob1, A1, I1, PA1, PI1, meta1, n1, xb2, ob2, A2, I2, PA2, PI2, meta2, n2,
-               cb, sb, hc, hs, lc, ls, factor, from_angles, n_pairs, width, interleaved, inverse):
-        """Rotate every row of one or two operands: ``prange`` over their ``n1 + n2`` work items.
-
-        Operand 1 (``x``, or ``q``) owns items ``[0, n1)``, operand 2 (``k``; ``n2 = 0`` when
-        there is none) the rest. Tables and the small angle tables are shared. See
-        :func:`_rotate_block`.
-        """
-        for item in numba.prange(n1 + n2):
+    def kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleaved, inverse):
+        """Rotate every row of one operand: ``prange`` over its ``n_items`` work items (see
+        :func:`_rotate_block`)."""
+        for item in numba.prange(n_items):
             # int64(): the prange index may be typed uint64, which would compile the block twice
-            it = numba.int64(item)
-            if it < n1:
-                _rotate_block(it, xb1, ob1, A1, I1, PA1, PI1, meta1, cb, sb, hc, hs, lc, ls, factor, from_angles,
-                              n_pairs, width, interleaved, inverse)
-            else:
-                _rotate_block(it - n1, xb2, ob2, A2, I2, PA2, PI2, meta2, cb, sb, hc, hs, lc, ls, factor,
-                              from_angles, n_pairs, width, interleaved, inverse)
+            _rotate_block(numba.int64(item), xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse)
 
     kernel.__name__ = kernel.__qualname__ = "_rope_kernel" if parallel else "_rope_kernel_serial"
     return njit_kernel(parallel=parallel, fastmath=_FASTMATH)(kernel)
@@ -343,9 +244,9 @@ def _check_x(x, name: str) -> np.ndarray:
 
 
 def _check_out(out, x: np.ndarray, name: str, out_name: str):
-    """The kernel's ``out``: the form of :func:`posenc_np._checks.check_out_form`; it may overlap
+    """The kernel's ``out``: :func:`posenc_np._checks.check_out` with ``overlap``: it may overlap
     the inputs (the launch copies an input that overlaps its output other than exactly)."""
-    return check_out_form(out, x, out_name, name)
+    return check_out(out, x, out_name, like_name=name, overlap=True)
 
 
 def _kernel_ready(a: np.ndarray) -> bool:
@@ -399,12 +300,12 @@ def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
             and a.strides == b.strides and a.shape == b.shape)
 
 
-def _blocks(n_outer: int, n_inner: int, threads: int, tile_rows: str, tile_row_bytes: int) -> tuple[int, int]:
+def _blocks(n_outer: int, n_inner: int, threads: int, table_rows: str, table_row_bytes: int) -> tuple[int, int]:
     """Rows per work item along the outer (``a_block``) and inner (``b_block``) axes.
 
     Streaming from DRAM wants long runs in memory order, so the inner axes are kept whole
-    unless that leaves fewer than ~4 items per thread. ``tile_row_bytes`` is the size of one
-    table row (``cos`` and ``sin``, or the on-the-fly tile's row; ``tile_rows`` says whether the
+    unless that leaves fewer than ~4 items per thread. ``table_row_bytes`` is the size of one
+    table row (``cos`` and ``sin``; ``table_rows`` says whether the
     table rows are the ``"outer"`` or ``"inner"`` ones): an item holds at most 256 KiB of table
     rows, so they stay in L2, and as many of the other rows as possible, which all reuse them.
     (With ``(B, H, T, D)`` and ``(T, d)`` tables an item is then every head over a block of
@@ -413,11 +314,11 @@ def _blocks(n_outer: int, n_inner: int, threads: int, tile_rows: str, tile_row_b
     place 57 -> 67 % of the triad roofline, in place 64 -> 75 % of the in-place one.)
     """
     want = 4 * threads
-    cap = max(1, (256 << 10) // tile_row_bytes) if tile_row_bytes else max(n_outer, n_inner)
-    b_block = min(n_inner, cap) if tile_rows == "inner" else n_inner
+    cap = max(1, (256 << 10) // table_row_bytes)
+    b_block = min(n_inner, cap) if table_rows == "inner" else n_inner
     b_items = -(-n_inner // b_block)
     a_block = max(1, -(-n_outer // -(-want // b_items)))
-    if tile_rows == "outer":
+    if table_rows == "outer":
         a_block = min(a_block, cap)
     a_items = -(-n_outer // a_block)
     if a_items * b_items < want:  # few outer rows: split the inner ones too
@@ -425,22 +326,21 @@ def _blocks(n_outer: int, n_inner: int, threads: int, tile_rows: str, tile_row_b
     return a_block, b_block
 
 
-def _plan(lead, x_strides, out_strides, table_strides, threads, tile_row_bytes):
+def _plan(lead, x_strides, out_strides, table_strides, threads, table_row_bytes):
     """Row offsets, loop order and blocking for one geometry (cached when small, see :data:`_PLANS`).
 
-    ``table_strides``: the leading strides of ``cos`` and ``sin`` (laid out alike), or of the
-    positions, aligned with ``lead``. The leading axes split into *table axes*
+    ``table_strides``: the leading strides of ``cos`` and ``sin`` (laid out alike), aligned with
+    ``lead``. The leading axes split into *table axes*
     (where the tables vary) and *broadcast axes* (where they repeat); size-1 axes drop out.
     Whichever group has the smaller x stride becomes the inner loop (memory order), so
     ``(B, H, T, D)`` with ``(T, d)`` tables walks each head's ``T`` rows in one run, and
     ``(B, T, H, D)`` with ``(T, 1, d)`` walks each position's ``H`` heads in one run.
 
-    Returns ``(A, I, a_block, b_block, tables_inner, table_rows)``: ``A`` ``(3, outer rows)`` and
-    ``I`` ``(3, inner rows)`` hold the row offsets of x, out and the tables (zeros along the
-    broadcast axes; origins not included), ``table_rows`` the table offsets along the table
-    axes (the rows of the positions, with on-the-fly angles).
+    Returns ``(A, I, a_block, b_block, tables_inner)``: ``A`` ``(3, outer rows)`` and ``I``
+    ``(3, inner rows)`` hold the row offsets of x, out and the tables (zeros along the broadcast
+    axes; origins not included).
     """
-    key = (lead, x_strides, out_strides, table_strides, threads, tile_row_bytes)
+    key = (lead, x_strides, out_strides, table_strides, threads, table_row_bytes)
     plan = _PLANS.get(key)
     if plan is not None:
         return plan
@@ -460,8 +360,8 @@ def _plan(lead, x_strides, out_strides, table_strides, threads, tile_row_bytes):
     A, I = (np.stack([offsets(x_strides, axes), offsets(out_strides, axes), offsets(table_strides, axes)])
             for axes in (outer, inner))
     a_block, b_block = _blocks(A.shape[1], I.shape[1], threads, "inner" if tables_inner else "outer",
-                               tile_row_bytes)
-    plan = (_readonly(A), _readonly(I), a_block, b_block, tables_inner, (I if tables_inner else A)[2])
+                               table_row_bytes)
+    plan = (_readonly(A), _readonly(I), a_block, b_block, tables_inner)
     if A.shape[1] + I.shape[1] <= _PLAN_CACHE_ROWS:
         _remember(_PLANS, key, plan)
     return plan
@@ -505,132 +405,77 @@ def _simple(a: np.ndarray) -> bool:
     return a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and a.size > 0
 
 
-def _launch_key(operands, tables, layout, inverse):
+def _launch_key(x, out, cos, sin, layout, inverse):
     """Key of :data:`_LAUNCHES` for a call whose every array is :func:`_simple`, or None.
 
     Such a call's launch depends only on shapes, dtype and flags: the flat views are the arrays
-    themselves, and the row offsets, blocks and ``meta`` follow from the shapes. Outputs must
-    share no memory with another argument except exactly their own input (in place), and the
-    tables must be writeable arrays (the type ``_table_view`` gives them), else the general
-    path handles the call (copies, aliasing views). Each output is checked against every other
-    array of the call, the other operand's input and output included. In place means
-    ``out is x``; another view of ``x``'s memory takes the general path too. The thread count
-    is ``key[5]``.
+    themselves, and the row offsets, blocks and ``meta`` follow from the shapes. The output must
+    share no memory with the tables, nor with ``x`` unless it *is* ``x`` (in place; another view
+    of ``x``'s memory takes the general path), and the tables must be writeable arrays (the type
+    ``_table_view`` gives them), else the general path handles the call (copies, aliasing views).
+    The thread count is ``key[5]``.
     """
-    if tables is None:
-        return None
-    cos, sin = tables
     if not (_simple(cos) and _simple(sin) and cos.flags.writeable and sin.flags.writeable
-            and cos.shape == sin.shape):
+            and cos.shape == sin.shape and _simple(x) and (out is None or (_simple(out) and out.flags.writeable))):
         return None
-    key = [cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), numba.get_num_threads()]
-    for i, (x, out) in enumerate(operands):
-        if not (_simple(x) and (out is None or (_simple(out) and out.flags.writeable))):
-            return None
-        if out is not None:
-            # every other array of the call: tables, every input but its own in place, other outputs
-            others = [cos, sin, *(y for j, (y, o) in enumerate(operands) if not (j == i and out is y)),
-                      *(o for j, (_, o) in enumerate(operands) if j != i and o is not None)]
-            if any(np.may_share_memory(out, a) for a in others):
-                return None  # (C-contiguous arrays: overlapping ranges share elements)
-        key += [x.shape, x.dtype.char, out is x]
-    return tuple(key)
+    if out is not None and any(np.may_share_memory(out, a) for a in ((cos, sin) if out is x else (cos, sin, x))):
+        return None  # (C-contiguous arrays: overlapping ranges share elements)
+    return (cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), numba.get_num_threads(), x.shape,
+            x.dtype.char, out is x)
 
 
-def _run(operands, *, layout, inverse, tables=None, angles=None):
-    """Plan every operand (row offsets, flat views, blocks) and launch the kernel once for all.
+def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
+    """Plan the rotation of ``x`` (row offsets, flat views, blocks) and launch the kernel.
 
-    ``operands``: one or two ``(x, out)`` pairs with the same channel count (``out`` None: a new
-    array). ``tables``: ``(cos, sin)``, checked and cast to x's dtype, broadcasting against
-    every operand; or ``angles``: ``(positions, inv_freq, factor)`` for one operand. Returns
-    the list of results.
-
-    A call whose arrays are all C-contiguous (the common case, see :func:`_launch_key`) plans
-    once per geometry: later calls take the planned launch from :data:`_LAUNCHES` and only swap
-    in their arrays (measured on the 2-core Xeon, ``(1, 4, 128, 128)`` float32 into a reused
-    ``out``: 52 -> 35 us a call, of which ~20 us is the rotation).
+    ``out``: the result array or None (a new array); ``cos``, ``sin``: checked tables of ``x``'s
+    dtype broadcasting against it. A call whose arrays are all C-contiguous (the common case, see
+    :func:`_launch_key`) plans once per geometry: later calls take the planned launch from
+    :data:`_LAUNCHES` and only swap in their arrays (``docs/benchmarks.md``, "RoPE kernel
+    machinery").
     """
-    key = _launch_key(operands, tables, layout, inverse)
+    key = _launch_key(x, out, cos, sin, layout, inverse)
     hit = _LAUNCHES.get(key) if key is not None else None
     if hit is not None:
-        return _launch_planned(operands, tables, hit, key[5])
-    dtype = operands[0][0].dtype
-    targets, results = [], []
-    for x, out in operands:
-        if out is None:
-            result = target = np.empty_like(x, dtype=x.dtype.newbyteorder("="))
-        else:
-            result = out
-            target = out if _kernel_ready(out) else np.empty_like(out, dtype=out.dtype.newbyteorder("="))
-        targets.append(target)
-        results.append(result)
-    threads = numba.get_num_threads()
-    use = max(1, min(threads, sum(x.size for x, _ in operands) // _ELEMENTS_PER_THREAD))
-    if tables is not None:
-        cos, sin = (_table_view(_copy_if_overlapping(t, targets)) for t in tables)
+        return _launch_planned(x, out, cos, sin, hit, key[5])
+    if out is None:
+        result = target = np.empty_like(x, dtype=x.dtype.newbyteorder("="))
+    else:
+        result = out
+        target = out if _kernel_ready(out) else np.empty_like(out, dtype=out.dtype.newbyteorder("="))
+    if x.size:
+        threads = numba.get_num_threads()
+        use = max(1, min(threads, x.size // _ELEMENTS_PER_THREAD))
+        cos, sin = (_table_view(_copy_if_overlapping(t, target)) for t in (cos, sin))
         if cos.strides != sin.strides:  # one row offset serves both tables: lay them out alike
             cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
-        n_pairs = cos.shape[-1] // 2
         cb, c0, cs = _flat(cos, writeable=True)
         sb = cb if sin is cos else _flat(sin, writeable=True)[0]  # same shape and strides: same origin
-        small, factor = _NO_ANGLES[dtype.itemsize], 1.0
-    else:
-        positions, freqs, inv_freq, factor = angles
-        if not _kernel_ready(positions):
-            positions = np.ascontiguousarray(positions, dtype=positions.dtype.newbyteorder("="))
-        pb, p0, ps = _flat(positions[..., None], writeable=False)
-        n_pairs = freqs.shape[0]
-        cb = sb = _SCRATCH[dtype.itemsize]  # replaced by a tile in each work item
-        c0 = 0
-    tile_row_bytes = 2 * 2 * n_pairs * dtype.itemsize  # one row of cos and sin (or of the tile)
-    launch = []
-    for (x, _), target in zip(operands, targets):
-        if x.size == 0:
-            continue
         if not _kernel_ready(x):
             x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
-        # An input that overlaps an output (other than exactly its own, in place) is read from
-        # a copy, as NumPy's ufuncs do; the kernel then never sees a written array aliasing
-        # another argument, which its ``noalias`` compilation relies on.
+        # An input that overlaps the output (other than exactly, in place) is read from a copy, as
+        # NumPy's ufuncs do; the kernel then never sees a written array aliasing another argument,
+        # which its ``noalias`` compilation relies on.
         in_place = _same_view(x, target)
-        if any(_overlaps(x, g) for g in targets if not (g is target and in_place)):
+        if not in_place and _overlaps(x, target):
             x = x.copy()
-        n_lead = x.ndim - 1
         xb, x0, xs = _flat(x, writeable=False)
         ob, o0, os_ = _flat(target, writeable=True)
-        t_lead = _lead_strides(cos, cs, n_lead) if tables is not None else _lead_strides(positions[..., None], ps,
-                                                                                        n_lead)
-        A, I, a_block, b_block, tables_inner, table_rows = _plan(x.shape[:-1], xs, os_, t_lead, use, tile_row_bytes)
-        PA = PI = _NO_ROWS
-        if tables is None:
-            # The small angle tables for the positions of the table rows, and the tile
-            # offsets p * rotary in place of the table offsets.
-            blk, off, *small = _angle_tables(pb[p0 + table_rows], freqs, inv_freq)
-            rows = np.arange(table_rows.shape[0], dtype=np.int64) * (2 * n_pairs)
-            tile = (np.zeros_like(A[2]), rows) if tables_inner else (rows, np.zeros_like(I[2]))
-            A, I = (np.concatenate([M[:2], t[None]]) for M, t in zip((A, I), tile))
-            PA, PI = (_NO_ROWS, np.stack([blk, off])) if tables_inner else (np.stack([blk, off]), _NO_ROWS)
+        A, I, a_block, b_block, tables_inner = _plan(x.shape[:-1], xs, os_, _lead_strides(cos, cs, x.ndim - 1), use,
+                                                     2 * cos.shape[-1] * cos.dtype.itemsize)
         if x0 or o0 or c0:
             A = A + np.array([[x0], [o0], [c0]], dtype=np.int64)
-        meta = np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64)
+        meta = _readonly(np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64))
+        A, I = (M if not M.flags.writeable else _readonly(M) for M in (A, I))
         n_items = -(-A.shape[1] // a_block) * -(-I.shape[1] // b_block)
-        launch.append(tuple(_readonly(a) if a.flags.writeable else a for a in (xb, A, I, PA, PI, meta))
-                      + (ob, n_items))
-    if launch:
-        one = launch[0]
-        two = launch[1] if len(launch) > 1 else one[:7] + (0,)
-        (xb1, A1, I1, PA1, PI1, m1, ob1, n1), (xb2, A2, I2, PA2, PI2, m2, ob2, n2) = one, two
-        args = (xb1, ob1, A1, I1, PA1, PI1, m1, n1, xb2, ob2, A2, I2, PA2, PI2, m2, n2, cb, sb, *small,
-                float(factor), tables is None, n_pairs, operands[0][0].shape[-1], layout == "interleaved",
-                bool(inverse))
-        _launch(args, use, threads)
-        if key is not None and sum(args[i].shape[1] for i in (2, 3, 10, 11)) <= _PLAN_CACHE_ROWS:
+        plan = (A, I, meta, n_items)
+        rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
+        _launch((xb, ob, *plan, cb, sb, *rest), use, threads)
+        if key is not None and A.shape[1] + I.shape[1] <= _PLAN_CACHE_ROWS:
             # the launch without this call's arrays (never pin them); small plans only, as in _plan
-            _remember(_LAUNCHES, key, (args[2:8], args[10:16], args[18:], use))
-    for target, result in zip(targets, results):
-        if target is not result:
-            result[...] = target
-    return results
+            _remember(_LAUNCHES, key, (plan, rest, use))
+    if target is not result:
+        result[...] = target
+    return result
 
 
 def _launch(args, use: int, threads: int):
@@ -641,70 +486,19 @@ def _launch(args, use: int, threads: int):
             _rope_kernel(*args)
 
 
-def _launch_planned(operands, tables, planned, threads: int):
+def _launch_planned(x, out, cos, sin, planned, threads: int):
     """:func:`_run` for a call of a planned geometry: its arrays into the planned launch."""
-    plan1, plan2, rest, use = planned
-    results = [np.empty_like(x) if out is None else out for x, out in operands]
-    bufs = [(_readonly(x.reshape(-1)), y.reshape(-1)) for (x, _), y in zip(operands, results)]
-    second = bufs[1] if len(bufs) > 1 else bufs[0]
-    cos, sin = tables
+    plan, rest, use = planned
+    result = np.empty_like(x) if out is None else out
     cb = cos.reshape(-1)
-    args = (*bufs[0], *plan1, *second, *plan2, cb, cb if sin is cos else sin.reshape(-1), *rest)
-    _launch(args, use, threads)
-    return results
+    _launch((_readonly(x.reshape(-1)), result.reshape(-1), *plan, cb, cb if sin is cos else sin.reshape(-1), *rest),
+            use, threads)
+    return result
 
 
-def _copy_if_overlapping(t: np.ndarray, targets) -> np.ndarray:
-    """``t``, or a copy of it when it shares memory with an output (read before overwritten)."""
-    for g in targets:
-        if _overlaps(t, g):
-            return t.copy()
-    return t
-
-
-def _angle_tables(pos_rows: np.ndarray, freqs: np.ndarray, inv_freq):
-    r"""Small exact tables for the angle addition of :func:`_fill_tile`, cached (see :data:`_ANGLES`).
-
-    Integer positions :math:`P = Bj + r` with :math:`0 \le r < B`, :math:`B` a power of two
-    near :math:`\sqrt{\#\text{distinct}}` (64 for 4096 consecutive positions): one row of
-    :math:`\cos, \sin(Bj\,\omega_i)` per distinct block start :math:`Bj` and one per distinct
-    offset :math:`r`, each from :func:`posenc_np._exact.cos_sin` (within one ulp), so the
-    tables hold :math:`\sim 2\sqrt{T}` rows instead of :math:`T`. Positions with a fraction
-    take one exact row each (offset table: the single row :math:`r = 0`).
-
-    Returns ``(blk, off, hc, hs, lc, ls)``: for every table row its block and offset row, and
-    the block (``hc``, ``hs``) and offset (``lc``, ``ls``) tables, float64 ``(rows, n)``.
-    """
-    pos = _exact.positions(pos_rows)
-    key = (freqs.tobytes(), _exact.exact_values(inv_freq), pos_rows.dtype.kind == "f", pos_rows.tobytes())
-    hit = _ANGLES.get(key)
-    if hit is not None:
-        return hit
-    tc = _exact.turn_constants(inv_freq)
-    if pos.frac is None:
-        whole = pos.whole
-        n_distinct = np.unique(whole).size
-        block = 1 << (max(n_distinct - 1, 0).bit_length() + 1) // 2
-        r = whole & (block - 1)  # in [0, B) for negative positions too (two's complement)
-        starts, blk = np.unique(whole - r, return_inverse=True)
-        offs, off = np.unique(r, return_inverse=True)
-        hc, hs = _exact.cos_sin(_exact.Positions(starts, None), tc)
-        lc, ls = _exact.cos_sin(_exact.Positions(offs, None), tc)
-    else:
-        values, blk = np.unique(pos_rows.astype(np.float64), return_inverse=True)
-        hc, hs = _exact.cos_sin(_exact.positions(values), tc)
-        off = np.zeros_like(blk)
-        lc, ls = np.ones((1, freqs.size)), np.zeros((1, freqs.size))
-    value = tuple(_readonly(np.ascontiguousarray(a)) for a in (blk.astype(np.int64).reshape(-1),
-                                                               off.astype(np.int64).reshape(-1), hc, hs, lc, ls))
-    if pos_rows.size <= _PLAN_CACHE_ROWS:
-        _remember(_ANGLES, key, value)
-    return value
-
-
-# Small angle tables of recent (frequencies, positions): a model rotates by the same positions
-# every step, and exact evaluation costs ~0.2-0.5 us per entry.
-_ANGLES: dict = {}
+def _copy_if_overlapping(t: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """``t``, or a copy of it when it shares memory with the output (read before overwritten)."""
+    return t.copy() if _overlaps(t, target) else t
 
 
 def _table_view(t: np.ndarray) -> np.ndarray:
@@ -713,8 +507,7 @@ def _table_view(t: np.ndarray) -> np.ndarray:
     Tables with another channel stride (or byte order, alignment) are copied, contiguous;
     they are usually ``(T, d)``, small next to ``x``. A read-only table (``np.broadcast_to``,
     a frozen cache) is aliased, not copied, by a view that NumPy marks writeable: the kernel
-    never writes to a table, and one array type for tables and the on-the-fly tile means one
-    compiled specialisation.
+    never writes to a table, and one array type for tables means one compiled specialisation.
     """
     if not (_kernel_ready(t) and t.strides[-1] == t.dtype.itemsize):
         t = np.ascontiguousarray(t, dtype=t.dtype.newbyteorder("="))
@@ -742,28 +535,16 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 _ZERO_OFFSET = _readonly(np.zeros(1, np.int64))
 _EMPTY = {4: _readonly(np.zeros(1, np.float32)), 8: _readonly(np.zeros(1, np.float64))}
-# typed placeholders: the tables in angles mode (never read or written), no positions rows,
-# and the small angle tables of the table mode (never read)
-_SCRATCH = {4: np.zeros(1, np.float32), 8: np.zeros(1, np.float64)}
-_NO_ROWS = _readonly(np.zeros((2, 0), np.int64))
-_NO_ANGLES = {n: tuple(_readonly(np.zeros((1, 1))) for _ in range(4)) for n in (4, 8)}
 
 
 # --------------------------------------------------------------------------- public API
-
-def _check_lead(shape, x: np.ndarray, what: str, name: str):
-    """``shape`` must broadcast to ``x``'s leading shape (NumPy rules, without growing it)."""
-    lead = x.shape[:-1]
-    if len(shape) > len(lead) or any(n != 1 and n != m for n, m in zip(shape[::-1], lead[::-1])):
-        raise ValueError(f"{what} shape {shape} must broadcast to {name}'s leading shape {lead} "
-                         f"({name} has shape {x.shape})")
-
 
 def _cast_tables(cos, sin, dtype):
     return (cos.astype(dtype.newbyteorder("="), copy=False), sin.astype(dtype.newbyteorder("="), copy=False))
 
 
-def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> np.ndarray:
+def rope_apply(x: ArrayLike, cos: ArrayLike, sin: ArrayLike, *, layout: str, inverse: bool = False,
+               out: np.ndarray | None = None) -> np.ndarray:
     r"""Rotate the first ``cos.shape[-1]`` channels of ``x`` by the tables ``cos``, ``sin``.
 
     Same result as :func:`posenc_np.rope.apply` (``inverse=False``) and
@@ -789,117 +570,37 @@ def rope_apply(x, cos, sin, *, layout: str, inverse: bool = False, out=None) -> 
     -------
     ndarray
         ``out``, or a new array laid out like ``x``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import rope
+    >>> from posenc_np.kernels.rope import rope_apply
+    >>> cos, sin = rope.cos_sin([1], np.array([np.pi / 2, 0.0]))      # pair (0, 2) turns by 90 degrees, (1, 3) by 0
+    >>> rope_apply(np.array([[1.0, 2.0, 3.0, 4.0, 5.0]]), cos, sin, layout="half").round(6).tolist()
+    [[-3.0, 2.0, 1.0, 4.0, 5.0]]
+    >>> rope_apply(np.array([[-3.0, 2.0, 1.0, 4.0, 5.0]]), cos, sin, layout="half", inverse=True).round(6).tolist()
+    [[1.0, 2.0, 3.0, 4.0, 5.0]]
     """
     layout = check_choice(layout, "layout", LAYOUTS)
     x = _check_x(x, "x")
-    cos, sin = _check_tables(x, cos, sin, "x")
+    cos, sin = check_rope_tables(x, cos, sin, "x")
     return rotate_tables(x, cos, sin, layout, bool(inverse), _check_out(out, x, "x", "out"))
 
 
-def rotate_tables(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool, out=None) -> np.ndarray:
+def rotate_tables(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool,
+                  out: np.ndarray | None = None) -> np.ndarray:
     """:func:`rope_apply` for arguments already checked (by it, or by :func:`posenc_np.rope.apply`):
-    the tables are cast to ``x``'s dtype, then the kernel is launched. No argument checks."""
-    return _run([(x, out)], layout=layout, inverse=inverse, tables=_cast_tables(cos, sin, x.dtype))[0]
+    the tables are cast to ``x``'s dtype, then the kernel is launched. No argument checks.
 
-
-def rotate_tables_qk(q: np.ndarray, k: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str, inverse: bool,
-                     out_q=None, out_k=None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`rope_apply_qk` for arguments already checked (by it, or by :func:`posenc_np.rope.apply_qk`):
-    both tensors in one launch, tables cast once to ``q``'s dtype (``k`` has the same). No argument checks."""
-    q_out, k_out = _run([(q, out_q), (k, out_k)], layout=layout, inverse=inverse,
-                        tables=_cast_tables(cos, sin, q.dtype))
-    return q_out, k_out
-
-
-def rope_apply_qk(q, k, cos, sin, *, layout: str, inverse: bool = False, out_q=None, out_k=None):
-    r"""Rotate queries and keys by the same tables in one kernel launch: ``(q_rot, k_rot)``.
-
-    Equal to ``(rope_apply(q, cos, sin, ...), rope_apply(k, cos, sin, ...))`` bit for bit;
-    the tables are checked, cast and laid out once, and the work items of both tensors run in
-    one parallel region (one thread wake-up instead of two; the second tensor reads the table
-    rows again, from cache when they fit). ``k`` may have fewer heads than ``q``
-    (grouped-query attention): each broadcasts against the tables on its own.
-
-    Parameters
-    ----------
-    q, k : ndarray, float32 or float64, shapes ``(..., D)`` with the same ``D`` and dtype
-    cos, sin : array_like
-        As in :func:`rope_apply`; their leading axes must broadcast against both ``q``'s and
-        ``k``'s.
-    layout : {"half", "interleaved"}
-    inverse : bool
-        ``True`` for the backward of both.
-    out_q, out_k : ndarray or None
-        Result arrays (may be ``q``/``k`` themselves: in place).
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import rope
+    >>> from posenc_np.kernels.rope import rotate_tables
+    >>> x = np.random.default_rng(0).standard_normal((2, 3, 8))
+    >>> cos, sin = rope.cos_sin(np.arange(3), rope.inv_freq(8)[0])
+    >>> bool(np.array_equal(rotate_tables(x, cos, sin, "half", False), rope.apply(x, cos, sin, backend="numpy")))
+    True
     """
-    layout = check_choice(layout, "layout", LAYOUTS)
-    q, k = _check_x(q, "q"), _check_x(k, "k")
-    if q.shape[-1] != k.shape[-1] or q.dtype.newbyteorder("=") != k.dtype.newbyteorder("="):
-        raise ValueError(f"q and k must have the same channel count and dtype, got {q.shape} {q.dtype} and "
-                         f"{k.shape} {k.dtype}")
-    cos, sin = _check_tables(q, cos, sin, "q")
-    _check_tables(k, cos, sin, "k")
-    out_q, out_k = _check_out(out_q, q, "q", "out_q"), _check_out(out_k, k, "k", "out_k")
-    if out_q is not None and out_k is not None and _overlaps(out_q, out_k):
-        raise ValueError("out_q and out_k overlap; they must be separate arrays")
-    return rotate_tables_qk(q, k, cos, sin, layout, bool(inverse), out_q, out_k)
-
-
-def rope_apply_angles(x, positions, inv_freq, *, layout: str, attention_factor: float = 1.0,
-                      inverse: bool = False, out=None) -> np.ndarray:
-    r"""Rotate ``x`` by angles :math:`t = p\,\omega_i` computed on the fly (no full tables in memory).
-
-    Angles by angle addition, without a libm call per element: each integer position is split
-    as :math:`p = Bj + r` (:math:`B` a power of two near :math:`\sqrt{T}`), the exact
-    :math:`\cos, \sin` of the few distinct :math:`Bj\omega_i` and :math:`r\omega_i` are
-    computed once per call (:func:`posenc_np._exact.cos_sin`, within one ulp; cached for
-    repeated positions), and each work item combines them for its rows,
-
-    .. math::
-
-        \cos p\omega = \cos Bj\omega\,\cos r\omega - \sin Bj\omega\,\sin r\omega, \qquad
-        \sin p\omega = \sin Bj\omega\,\cos r\omega + \cos Bj\omega\,\sin r\omega,
-
-    in float64, times :math:`f`, cast once to ``x``'s dtype. What it matches: the exact tables
-    ``cos_sin(positions, inv_freq, attention_factor=f, dtype=float64)`` (``method="exact"``)
-    within a few float64 ulps (two products and a sum of values each within one ulp: at most
-    ~4.5e-16 absolute, for any position), so the float32 tables it rotates by are the exact
-    values rounded once to float32 up to a tie in rare cases (error <= 2^-25 ~ 3.0e-8 for
-    :math:`|f| \le 1`; measured in ``tests/test_kernels_rope.py``). Non-integer positions take
-    one exact row each (no split). The rotation is then :func:`rope_apply`'s, operation for
-    operation.
-
-    Parameters
-    ----------
-    x : ndarray, float32 or float64, shape ``(..., D)``
-    positions : array_like of int or float
-        Shape broadcasting against ``x.shape[:-1]`` (``(T,)`` for ``(B, H, T, D)``,
-        ``(T, 1)`` for ``(B, T, H, D)``); :math:`|p| < 2^{53}` (float positions: within the
-        range where their dtype holds every integer, as for ``cos_sin``).
-    inv_freq : array_like, shape ``(n,)``
-        Finite frequencies :math:`\omega_i`; the rotary dim is ``2n <= D``. An array from
-        :func:`posenc_np.rope.inv_freq` carries its unrounded values, which are used.
-    layout : {"half", "interleaved"}
-    attention_factor : float
-        :math:`f > 0` multiplying both cos and sin (YaRN, LongRoPE).
-    inverse : bool
-        ``True`` for the backward.
-    out : ndarray or None
-        As in :func:`rope_apply`.
-    """
-    layout = check_choice(layout, "layout", LAYOUTS)
-    x = _check_x(x, "x")
-    positions = as_positions(positions, "positions")
-    freqs = as_float_array(inv_freq, "inv_freq").astype(np.float64, copy=False)
-    if freqs.ndim != 1 or freqs.size == 0:
-        raise ValueError(f"inv_freq must be a non-empty 1-D array, got shape {freqs.shape}")
-    if not np.all(np.isfinite(freqs)):
-        raise ValueError("inv_freq must be finite (no NaN or inf)")
-    if 2 * freqs.size > x.shape[-1]:
-        raise ValueError(f"inv_freq has {freqs.size} frequencies, a rotary dim of {2 * freqs.size} channels, "
-                         f"wider than x ({x.shape[-1]} channels)")
-    factor = check_real(attention_factor, "attention_factor", positive=True)
-    _check_lead(positions.shape, x, "positions", "x")
-    _exact.positions(positions)  # |p| < 2^53, float positions exact in their dtype: else ValueError
-    out = _check_out(out, x, "x", "out")
-    return _run([(x, out)], layout=layout, inverse=bool(inverse), angles=(positions, freqs, inv_freq, factor))[0]
+    return _run(x, out, *_cast_tables(cos, sin, x.dtype), layout, inverse)

@@ -46,20 +46,26 @@ Hugging Face's ``build_relative_position`` puts query :math:`i` at position :mat
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from .._checks import check_int, check_lengths
-from .._attention_checks import (check_deberta_layer, check_deberta_positions, check_p2c, check_pos_att_type,
-                                 check_projection, check_qk_heads, check_relative_pos)
+from .._checks import (as_float_array, as_int_array, check_alloc, check_choice, check_grad, check_int, check_lengths,
+                       check_real, require)
 from .._util import memo_table, normal_init, scatter_add_rows
-from ..attention import Hook
-from ..positions import _grid
+from ..attention import Hook, check_hook_args
+from ..positions import relative_grid
 
 __all__ = [
     "DebertaDisentangled",
+    "deberta_indices",
     "deberta_log_bucket_position",
+    "deberta_log_buckets",
+    "deberta_positions",
     "deberta_project_relative_embeddings",
+    "deberta_projection",
     "deberta_relative_positions",
     "deberta_scale",
 ]
@@ -89,7 +95,41 @@ def _ceil_log_ratio(a: np.ndarray, mid: int, max_position: int) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def deberta_log_bucket_position(relative_pos, bucket_size: int, max_position: int) -> np.ndarray:
+def _check_buckets(bucket_size, max_position, name: str = "bucket_size") -> tuple[int, int]:
+    """DeBERTa's log-bucket parameters: ``bucket_size >= 2``, ``max_position > bucket_size // 2 + 1``
+    (so that ``ln((max_position - 1) / mid) > 0``); the doors that take them share this."""
+    bucket_size = check_int(bucket_size, name, minimum=2)
+    max_position = check_int(max_position, "max_position", minimum=1)
+    require(max_position - 1 > bucket_size // 2, f"max_position must be > bucket_size // 2 + 1 = "
+            f"{bucket_size // 2 + 1} so that ln((max_position - 1) / mid) > 0, got max_position={max_position} with "
+            f"bucket_size={bucket_size}")
+    return bucket_size, max_position
+
+
+def _check_bucket_option(bucket_size, max_position, name: str) -> tuple[int, int]:
+    """-1 (no buckets) or a log-bucket count that :func:`_check_buckets` accepts with ``max_position``
+    (both doors that take the option share this)."""
+    bucket_size = check_int(bucket_size, name)
+    require(bucket_size == -1 or bucket_size >= 2, f"{name} must be -1 (no buckets) or >= 2, got {bucket_size}")
+    require(bucket_size == -1 or max_position != -1, f"{name}={bucket_size} needs max_position "
+            "(max_relative_positions); got -1")
+    return (-1, max_position) if bucket_size == -1 else _check_buckets(bucket_size, max_position, name)
+
+
+def _check_pos_att_type(value) -> tuple[str, ...]:
+    """DeBERTa's ``pos_att_type``: ``"c2p|p2c"`` (Hugging Face's string) or a sequence, no repeats."""
+    items = [p.strip().lower() for p in value.split("|") if p.strip()] if isinstance(value, str) else value
+    require(isinstance(items, (list, tuple)), f"pos_att_type must be a string like 'c2p|p2c' or a sequence of "
+            f"strings, got {type(value).__name__}", TypeError)
+    require("p2p" not in items, "pos_att_type 'p2p' is not supported: it is not part of the paper's score (eq. 4) "
+            "and Hugging Face DeBERTa-v2 does not add it to the scores")
+    for item in items:
+        check_choice(item, "pos_att_type entry", POS_ATT_TYPES)
+    require(len(set(items)) == len(items), f"pos_att_type lists a term twice: {list(items)}")
+    return tuple(items)
+
+
+def deberta_log_bucket_position(relative_pos: ArrayLike, bucket_size: int, max_position: int) -> np.ndarray:
     r"""DeBERTa-v2's log buckets (``make_log_bucket_position``), exact.
 
     With :math:`m = \lfloor b/2 \rfloor`, :math:`a = m - 1` if :math:`|r| < m` else :math:`|r|`:
@@ -122,12 +162,37 @@ def deberta_log_bucket_position(relative_pos, bucket_size: int, max_position: in
     Returns
     -------
     ndarray of int64, same shape.
+
+    Examples
+    --------
+    >>> from posenc_np.relative import deberta
+    >>> deberta.deberta_log_bucket_position([-8, -4, 0, 3, 4, 5, 8, 15, 100], 8, 16).tolist()
+    [-6, -4, 0, 3, 4, 5, 6, 7, 12]
+    >>> deberta.deberta_log_bucket_position([15], 18, 26).tolist()   # 8 ln(15/9) / ln(25/9) = 4 exactly, + 9
+    [13]
+
+    With :math:`m = 4`, :math:`M = 16`: :math:`|r| \le 4` keeps its value, 8 gives
+    :math:`\lceil 3 \ln 2 / \ln 3.75 \rceil + 4 = \lceil 1.57 \rceil + 4 = 6`, and :math:`|r| = M - 1 = 15`
+    reaches :math:`2m - 1 = 7`.
     """
-    return _log_bucket(*check_relative_pos(relative_pos, bucket_size, max_position))
+    rel = as_int_array(relative_pos, "relative_pos")
+    bucket_size, max_position = _check_buckets(bucket_size, max_position)
+    far = rel[(rel > 2**53) | (rel < -2**53)]  # (not np.abs, which wraps int64's minimum)
+    require(far.size == 0, f"relative_pos must satisfy |relative_pos| <= 2**53, got {int(far[0]) if far.size else 0}")
+    return deberta_log_buckets(rel, bucket_size, max_position)
 
 
-def _log_bucket(rel: np.ndarray, bucket_size: int, max_position: int) -> np.ndarray:
-    """:func:`deberta_log_bucket_position` for checked arguments (``|rel| <= 2**53``)."""
+def deberta_log_buckets(rel: np.ndarray, bucket_size: int, max_position: int) -> np.ndarray:
+    """The log buckets of ``rel`` (int64). Core of :func:`deberta_log_bucket_position`; arguments are
+    not checked (``|rel| <= 2**53``, ``max_position > bucket_size // 2 + 1``).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.relative import deberta
+    >>> deberta.deberta_log_buckets(np.array([-5, 5, 6, 7, 15]), 8, 16).tolist()   # odd: bucket(-r) = -bucket(r)
+    [-5, 5, 5, 6, 7]
+    """
     mid = bucket_size // 2
     a = np.where(np.abs(rel) < mid, mid - 1, np.abs(rel))
     out = rel.copy()
@@ -138,7 +203,7 @@ def _log_bucket(rel: np.ndarray, bucket_size: int, max_position: int) -> np.ndar
 
 
 def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1, max_position: int = -1,
-                               query_offset=None) -> np.ndarray:
+                               query_offset: int | None = None) -> np.ndarray:
     r"""DeBERTa's relative positions :math:`p_i - p_j` (query - key), optionally log-bucketed.
 
     Query :math:`i` is at :math:`p_i = i + \mathrm{query\_offset}`, key :math:`j` at
@@ -162,31 +227,57 @@ def deberta_relative_positions(q_len: int, k_len: int, *, bucket_size: int = -1,
     Returns
     -------
     ndarray of int64, shape ``(q_len, k_len)``
+
+    Examples
+    --------
+    >>> from posenc_np.relative import deberta
+    >>> deberta.deberta_relative_positions(2, 3).tolist()                  # query - key, queries at 1, 2
+    [[1, 0, -1], [2, 1, 0]]
+    >>> deberta.deberta_relative_positions(2, 3, query_offset=0).tolist()  # Hugging Face's build_relative_position
+    [[0, -1, -2], [1, 0, -1]]
+    >>> deberta.deberta_relative_positions(1, 9, bucket_size=8, max_position=16).tolist()   # distances 8 .. 0
+    [[6, 6, 5, 5, 4, 3, 2, 1, 0]]
     """
-    q_len, k_len, bucket_size, max_position, offset = check_deberta_positions(q_len, k_len, bucket_size,
-                                                                              max_position, query_offset)
-    rel = -_grid(q_len, k_len, offset)
-    return rel if bucket_size == -1 else deberta_log_bucket_position(rel, bucket_size, max_position)
+    q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
+    offset = (k_len - q_len if query_offset is None
+              else check_int(query_offset, "query_offset", minimum=-2**53, maximum=2**53))
+    bucket_size, max_position = _check_bucket_option(bucket_size, max_position, "bucket_size")
+    return deberta_positions(q_len, k_len, offset, bucket_size, max_position)
 
 
-def _positions(q_len: int, k_len: int, offset: int, bucket_size: int, max_position: int) -> np.ndarray:
+def deberta_positions(q_len: int, k_len: int, offset: int, bucket_size: int, max_position: int) -> np.ndarray:
     r""":math:`p_i - p_j = -r_{ij}` (query - key, :mod:`posenc_np.positions`), log-bucketed unless
-    ``bucket_size == -1``; checked arguments."""
-    rel = -_grid(q_len, k_len, offset)
-    return rel if bucket_size == -1 else _log_bucket(rel, bucket_size, max_position)
+    ``bucket_size == -1``. Core of :func:`deberta_relative_positions`; arguments are not checked.
+
+    Examples
+    --------
+    >>> from posenc_np.relative import deberta
+    >>> deberta.deberta_positions(2, 3, 1, -1, -1).tolist()   # p_i - p_j with p_i = i + 1
+    [[1, 0, -1], [2, 1, 0]]
+    """
+    rel = -relative_grid(q_len, k_len, offset)
+    return rel if bucket_size == -1 else deberta_log_buckets(rel, bucket_size, max_position)
 
 
-def deberta_scale(head_dim: int, pos_att_type=("c2p", "p2c")) -> float:
+def deberta_scale(head_dim: int, pos_att_type: str | Sequence[str] = ("c2p", "p2c")) -> float:
     r"""DeBERTa's logit scale :math:`1/\sqrt{d\,(1 + n)}`, :math:`n` = number of position terms.
 
     Pass it as ``scale`` to :func:`posenc_np.attention.forward`; :class:`DebertaDisentangled`
     applies the same scale to its terms. ``deberta_scale(64) == 1/sqrt(192)``.
+
+    Examples
+    --------
+    >>> from posenc_np.relative import deberta
+    >>> round(deberta.deberta_scale(64), 6), round(deberta.deberta_scale(64, "c2p"), 6)   # 1/sqrt(192), 1/sqrt(128)
+    (0.072169, 0.088388)
     """
     head_dim = check_int(head_dim, "head_dim", minimum=1)
-    return 1.0 / math.sqrt(head_dim * (1 + len(check_pos_att_type(pos_att_type))))
+    pos_att_type = _check_pos_att_type(pos_att_type)
+    return 1.0 / math.sqrt(head_dim * (1 + len(pos_att_type)))
 
 
-def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads: int) -> np.ndarray:
+def deberta_project_relative_embeddings(rel_embeddings: ArrayLike, weight: ArrayLike, bias: ArrayLike | None,
+                                        num_heads: int) -> np.ndarray:
     r"""Per-head relative tables from a shared embedding table, as DeBERTa builds them.
 
     :math:`T = E W^\top + b`, split into heads: ``(2k, H*d) -> (H, 2k, d)``. In Hugging Face,
@@ -195,8 +286,38 @@ def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads:
     ``key_proj`` and the query table ``query_proj`` (the content projections), otherwise
     ``pos_key_proj`` / ``pos_query_proj``. ``weight`` is ``(H*d, hidden)`` (PyTorch
     ``Linear`` layout), ``bias`` ``(H*d,)`` or ``None``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.relative import deberta
+    >>> E, W = np.eye(4), np.arange(16.0).reshape(4, 4)   # 2k = 4 rows, hidden 4; W is (H*d, hidden)
+    >>> T = deberta.deberta_project_relative_embeddings(E, W, None, 2)   # E W^T = W^T, split into 2 heads of d = 2
+    >>> T.shape, T[0].tolist()                                           # T[h, r, e] = W[h*d + e, r]
+    ((2, 4, 2), [[0.0, 4.0], [1.0, 5.0], [2.0, 6.0], [3.0, 7.0]])
     """
-    e, w, b, num_heads = check_projection(rel_embeddings, weight, bias, num_heads)
+    e = as_float_array(rel_embeddings, "rel_embeddings", ndim_min=2)
+    w = as_float_array(weight, "weight", ndim_min=2)
+    num_heads = check_int(num_heads, "num_heads", minimum=1)
+    require(e.ndim == 2 and w.ndim == 2 and w.shape[1] == e.shape[1] and w.shape[0] % num_heads == 0,
+            f"rel_embeddings must be (2k, hidden) and weight (num_heads*d, hidden) with num_heads={num_heads} "
+            f"dividing its rows; got {e.shape} and {w.shape}")
+    b = None if bias is None else check_grad(bias, "bias", (w.shape[0],))
+    return deberta_projection(e, w, b, num_heads)
+
+
+def deberta_projection(e: np.ndarray, w: np.ndarray, b: np.ndarray | None, num_heads: int) -> np.ndarray:
+    """:math:`T = E W^\top + b` split into heads, ``(H, 2k, d)``. Core of
+    :func:`deberta_project_relative_embeddings`; arguments are not checked.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np.relative import deberta
+    >>> T = deberta.deberta_projection(np.eye(2), np.eye(2), np.array([1.0, 2.0]), 2)   # E W^T + b, 2 heads of d = 1
+    >>> T.shape, T[:, :, 0].tolist()
+    ((2, 2, 1), [[2.0, 1.0], [2.0, 3.0]])
+    """
     t = e @ w.T if b is None else e @ w.T + b
     return t.reshape(e.shape[0], num_heads, -1).transpose(1, 0, 2).copy()
 
@@ -204,10 +325,24 @@ def deberta_project_relative_embeddings(rel_embeddings, weight, bias, num_heads:
 # --------------------------------------------------------------------------- hook
 
 @memo_table
-def _indices(q_len: int, k_len: int, buckets: int, max_position: int, span: int, p2c_index: str):
+def deberta_indices(q_len: int, k_len: int, buckets: int, max_position: int, span: int,
+                    p2c_index: str) -> tuple[np.ndarray, np.ndarray]:
     r"""``(c2p, p2c)`` rows: :math:`\delta(i,j) = \mathrm{clamp}(\mathrm{rel}_{ij} + k, 0, 2k-1)` and
-    :math:`\delta(j,i)` (``"paper"``) or :math:`\delta(i,j)` (``"hf"``), kept per (lengths, configuration)."""
-    rel = _positions(q_len, k_len, k_len - q_len, buckets if buckets > 0 else -1, max_position)
+    :math:`\delta(j,i)` (``"paper"``) or :math:`\delta(i,j)` (``"hf"``), kept (read-only) per (lengths,
+    configuration). Core of :meth:`DebertaDisentangled.indices`; arguments are not checked.
+
+    Examples
+    --------
+    >>> from posenc_np.relative import deberta
+    >>> c2p, p2c = deberta.deberta_indices(3, 3, -1, 2, 2, "paper")   # span k = 2, rows 0 .. 3
+    >>> c2p.tolist()                                                  # clamp(i - j + 2, 0, 3)
+    [[2, 1, 0], [3, 2, 1], [3, 3, 2]]
+    >>> p2c.tolist()                                                  # clamp(j - i + 2, 0, 3)
+    [[2, 3, 3], [1, 2, 3], [0, 1, 2]]
+    >>> bool((deberta.deberta_indices(3, 3, -1, 2, 2, "hf")[1] == c2p).all())   # "hf": p2c uses the c2p index
+    True
+    """
+    rel = deberta_positions(q_len, k_len, k_len - q_len, buckets if buckets > 0 else -1, max_position)
     top = 2 * span - 1
     c2p = np.clip(rel + span, 0, top)
     return (c2p, c2p) if p2c_index == "hf" else (c2p, np.clip(-rel + span, 0, top))
@@ -273,15 +408,32 @@ class DebertaDisentangled(Hook):
         ``(H, 2k, d)`` when p2c is on.
     grads : dict
         Same keys, overwritten by each :meth:`logits_backward`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from posenc_np import attention
+    >>> from posenc_np.relative import deberta
+    >>> hook = deberta.DebertaDisentangled(2, 4, max_relative_positions=2, seed=0)   # span k = 2: tables of 2k rows
+    >>> q = k = v = np.random.default_rng(0).normal(size=(2, 3, 4))
+    >>> attention.forward(q, k, v, scale=deberta.deberta_scale(4), hooks=[hook])[0].shape, hook.params["pos_key"].shape
+    ((2, 3, 4), (2, 4, 4))
     """
 
-    def __init__(self, num_heads: int, head_dim: int, *, position_buckets: int = -1,
-                 max_relative_positions: int = 512, pos_att_type=("c2p", "p2c"), p2c_index: str = "paper",
-                 seed=None, init_std: float = 0.02):
-        (self.num_heads, self.head_dim, self.position_buckets, self.max_relative_positions, self.pos_att_type,
-         self.p2c_index, self.span, init_std) = check_deberta_layer(num_heads, head_dim, position_buckets,
-                                                                    max_relative_positions, pos_att_type, p2c_index,
-                                                                    P2C_INDEX, init_std)
+    def __init__(self, num_heads: int, head_dim: int, *, position_buckets: int = -1, max_relative_positions: int = 512,
+                 pos_att_type: str | Sequence[str] = ("c2p", "p2c"), p2c_index: str = "paper",
+                 seed: int | np.random.Generator | None = None, init_std: float = 0.02):
+        self.num_heads = check_int(num_heads, "num_heads", minimum=1)
+        self.head_dim = check_int(head_dim, "head_dim", minimum=1)
+        self.max_relative_positions = check_int(max_relative_positions, "max_relative_positions", minimum=1)
+        self.position_buckets, _ = _check_bucket_option(position_buckets, self.max_relative_positions,
+                                                        "position_buckets")
+        self.pos_att_type = _check_pos_att_type(pos_att_type)
+        self.p2c_index = check_choice(p2c_index, "p2c_index", P2C_INDEX)
+        self.span = self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
+        init_std = check_real(init_std, "init_std", nonnegative=True)
+        check_alloc((self.num_heads, 2 * self.span, self.head_dim), np.float64,
+                    "relative tables (num_heads, 2 * span, head_dim)")
         shape = (self.num_heads, 2 * self.span, self.head_dim)
         rng = np.random.default_rng(seed)
         self.params = {}
@@ -294,20 +446,28 @@ class DebertaDisentangled(Hook):
     def relative_positions(self, q_len: int, k_len: int) -> np.ndarray:
         """Bucketed (if configured) query - key positions, bottom-right aligned, ``(q_len, k_len)``."""
         q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-        return _positions(q_len, k_len, k_len - q_len, self.position_buckets, self.max_relative_positions)
+        return deberta_positions(q_len, k_len, k_len - q_len, self.position_buckets, self.max_relative_positions)
 
     def indices(self, q_len: int, k_len: int) -> tuple[np.ndarray, np.ndarray]:
         r"""``(c2p, p2c)`` table rows, each ``(q_len, k_len)``: :math:`\delta(i,j)` and the p2c index."""
         q_len, k_len = check_lengths(q_len, k_len, "relative positions (q_len, k_len)")
-        check_p2c(self.p2c_index, q_len, k_len)
-        return _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span, self.p2c_index)
+        self._check_p2c(q_len, k_len)
+        return deberta_indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span,
+                               self.p2c_index)
 
-    def logits(self, q, k, scale, mask=None):
+    def _check_p2c(self, q_len: int, k_len: int) -> None:
+        """Hugging Face's p2c index has no ``(q_len, k_len)`` form unless ``q_len == k_len``."""
+        require(self.p2c_index == "paper" or q_len == k_len, f"p2c_index='hf' needs q_len == k_len (got {q_len} and "
+                f"{k_len}): Hugging Face's p2c term is built from a (k_len, k_len) key-key table and has no "
+                "(q_len, k_len) form; use 'paper'")
+
+    def logits(self, q: ArrayLike, k: ArrayLike, scale: float,
+               mask: ArrayLike | None = None) -> tuple[np.ndarray | None, Any]:
         """Return ``scale * (c2p + p2c)`` (the enabled terms), shape ``(..., H, q_len, k_len)``."""
-        q, k, scale, mask = check_qk_heads(q, k, scale, mask, self.num_heads, self.head_dim)
+        q, k, scale, mask = check_hook_args(q, k, scale, mask, self.num_heads, self.head_dim)
         q_len, k_len = q.shape[-2], k.shape[-2]
-        check_p2c(self.p2c_index, q_len, k_len)
-        c2p_idx, p2c_idx = _indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span,
+        self._check_p2c(q_len, k_len)
+        c2p_idx, p2c_idx = deberta_indices(q_len, k_len, self.position_buckets, self.max_relative_positions, self.span,
                                     self.p2c_index)
         qi = np.broadcast_to(np.arange(q_len)[:, None], (q_len, k_len))
         kj = np.broadcast_to(np.arange(k_len)[None, :], (q_len, k_len))
@@ -325,7 +485,7 @@ class DebertaDisentangled(Hook):
             term = term + _gather_last(b, kj, p2c_idx)          # out[i, j] = b[j, p2c(i, j)]
         return scale * term, (q, k, tables, qi, kj, c2p_idx, p2c_idx, scale)
 
-    def logits_backward(self, dlogits, cache):
+    def logits_backward(self, dlogits: np.ndarray, cache: Any) -> tuple[np.ndarray | None, np.ndarray | None]:
         """``(dq, dk)`` contributions; writes the table gradients into :attr:`grads`."""
         q, k, tables, qi, kj, c2p_idx, p2c_idx, scale = cache
         g = scale * np.asarray(dlogits)
