@@ -70,6 +70,7 @@ DEGENERATE = [  # q shape, k shape, v shape
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shapes", DEGENERATE, ids=lambda s: "x".join(map(str, s[0])) + "-k" + str(s[1][2]))
 @pytest.mark.parametrize("causal", [True, False])
 def test_alibi_backends_agree_on_degenerate_shapes(shapes, causal):
@@ -106,24 +107,25 @@ def test_kernel_refuses_negative_slopes_and_non_exact_offsets():
     q = np.zeros((1, 2, 4, 8))
     with pytest.raises(ValueError, match="slopes must be >= 0"):
         alibi_attention_forward(q, q, q, np.array([-1.0, 1.0]), causal=True, scale=1.0)
-    with pytest.raises(ValueError, match=r"q_offset=1180591620717411303424 .*float64 represents exactly"):
-        alibi_attention_forward(q, q, q, np.ones(2), causal=True, scale=1.0, q_offset=2**70)
+    with pytest.raises(ValueError, match=r"query_offset=1180591620717411303424 .*float64 represents exactly"):
+        alibi_attention_forward(q, q, q, np.ones(2), causal=True, scale=1.0, query_offset=2**70)
     # float32 positions are exact up to 2^24: a query 2^24 + 3 positions from key 0 is refused ...
     q32 = np.zeros((1, 2, 4, 8), np.float32)
     with pytest.raises(ValueError, match="float32 represents exactly"):
-        alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, q_offset=2**24)
+        alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, query_offset=2**24)
     # ... and accepted at the limit: the largest distance is exactly 2^24
-    alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, q_offset=2**24 - 3)
+    alibi_attention_forward(q32, q32, q32, np.ones(2), causal=False, scale=1.0, query_offset=2**24 - 3)
 
 
 def test_bias_refuses_offsets_past_float64_exactness():
     with pytest.raises(ValueError, match="float64 represents exactly"):
-        alibi.bias(1, 1, 1, q_offset=2**53 + 1)
-    b = alibi.bias(1, 1, 1, q_offset=2**53, slopes=np.array([1.0]))  # distance 2^53 is exact
+        alibi.bias(1, 1, 1, query_offset=2**53 + 1)
+    b = alibi.bias(1, 1, 1, query_offset=2**53, slopes=np.array([1.0]))  # distance 2^53 is exact
     assert b[0, 0, 0] == -(2.0**53)
 
 
-def test_float16_numpy_path_refuses_scores_over_the_byte_budget():
+@pytest.mark.slow
+def test_float16_numpy_path_refuses_scores_over_the_byte_budget(monkeypatch):
     """float16 on the materialising path: T = 40 000 tried to allocate 11.9 GiB. (``auto`` now
     sends float16 this long to the fused kernel, which needs no such budget.)"""
     T = 20_000  # 4 heads: 4 * T^2 * 2 bytes = 3.2 GB > MAX_BIAS_BYTES; the check runs before any allocation
@@ -133,7 +135,11 @@ def test_float16_numpy_path_refuses_scores_over_the_byte_budget():
             alibi.attention(q, q, q, backend=backend)
     with pytest.raises(ValueError, match=r"MAX_BIAS_BYTES"):
         alibi.bias(8, 8192, 8192, dtype=np.float32)  # 2 GiB
-    assert alibi.bias(8, 8192, 4096, dtype=np.float32).nbytes == alibi.MAX_BIAS_BYTES  # exactly the budget
+    # the limit is inclusive: shown with a 64 KiB budget (the 1 GiB one took 11 s to fill)
+    monkeypatch.setattr(alibi, "MAX_BIAS_BYTES", 8 * 64 * 32 * 4)
+    assert alibi.bias(8, 64, 32, dtype=np.float32).nbytes == alibi.MAX_BIAS_BYTES  # exactly the budget
+    with pytest.raises(ValueError, match=r"MAX_BIAS_BYTES"):
+        alibi.bias(8, 64, 33, dtype=np.float32)
 
 
 # ------------------------------------------------------------------ overflow guards
@@ -281,7 +287,7 @@ def test_yarn_correction_helpers_validate():
         rope.yarn_correction_dim(1, 64, 1e4, 0)
     with pytest.raises(ValueError, match="dim must be an integer >= 2, got 0"):
         rope.yarn_correction_range(0, 1e4, 4096)  # returned (0, -1)
-    with pytest.raises(ValueError, match=r"beta_fast \(1.0\) must be >= beta_slow \(32.0\)"):
+    with pytest.raises(ValueError, match=r"beta_fast'\] \(1.0\) must be >= scaling\['beta_slow'\] \(32.0\)"):
         rope.yarn_correction_range(64, 1e4, 4096, beta_fast=1, beta_slow=32)
     yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096, "beta_fast": 1,
             "beta_slow": 32}
@@ -354,7 +360,7 @@ def test_sweep_findings_stay_fixed():
     table.forward(np.array([0, 1]))
     with pytest.raises(TypeError, match="dout must hold integers or floats"):  # imaginary part was discarded
         table.backward(np.ones((2, 2), complex))
-    with pytest.raises(ValueError, match="dy must have the shape of fuse's output"):  # dy=1.0 broadcast silently
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 3\)"):  # dy=1.0 broadcast silently
         absolute.fuse_backward(1.0, np.ones((2, 3)), np.ones(3), "add")
     with pytest.raises(ValueError, match="init_std=1e\\+308 gives"):  # inf weights after a cast warning
         layers.Linear(2, 2, init_std=1e308)
@@ -381,3 +387,69 @@ def test_sweep_findings_stay_fixed():
 def _cache():
     q = np.ones((1, 1, 2, 2))
     return attention.forward(q, q, q)[1]
+
+
+def _nested(depth: int):
+    d = 1.0
+    for _ in range(depth):
+        d = {"a": d}
+    return d
+
+
+def test_sizes_factors_and_nesting_of_rope_and_sinusoid_doors():
+    """Sizes go through the allocation rule (extended frequencies cost FREQUENCY_BYTES each, not 8),
+    a tiny linear factor and a deeply nested scaling dict are ValueErrors naming the argument."""
+    from posenc_np import rope_scaling
+
+    with pytest.raises(ValueError, match="extended frequencies .* MAX_ALLOC_BYTES"):
+        rope.inv_freq(10**9)
+    with pytest.raises(ValueError, match="extended frequencies .* MAX_ALLOC_BYTES"):
+        absolute.sinusoidal_frequencies(10**9)
+    with pytest.raises(ValueError, match="scaling for rope_type 'linear' gives a frequency past float64"):
+        rope.inv_freq(8, scaling={"rope_type": "linear", "factor": 1e-320})  # was OverflowError
+    for scaling in (_nested(50_000), {"rope_type": "linear", "factor": _nested(50_000)}):  # was RecursionError
+        with pytest.raises(ValueError, match="scaling nests containers more than MAX_SCALING_DEPTH"):
+            rope_scaling.parse_scaling(8, scaling=scaling)
+    longrope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+                "original_max_position_embeddings": 4}
+    assert rope.inv_freq(8, scaling=longrope, max_position_embeddings=8)[0].shape == (4,)  # lists are fine
+
+
+def test_sinusoidal_encoder_refuses_what_sinusoidal_refuses():
+    pytest.importorskip("sklearn")
+    from posenc_np.sklearn import SinusoidalEncoder
+
+    with pytest.raises(ValueError, match=r"\|p\| < 2\*\*53"):
+        absolute.sinusoidal(np.array([1e300]), 8)
+    with pytest.raises(ValueError, match=r"times \(X - offset\) / scale .* \|p\| < 2\*\*53"):
+        SinusoidalEncoder().fit([[1e300]]).transform([[1e300]])  # was rounding noise
+    with pytest.raises(ValueError, match="extended frequencies .* MAX_ALLOC_BYTES"):
+        SinusoidalEncoder(dim=10**9).fit([[1.0]])
+    enc = SinusoidalEncoder(dim=8).fit([[3.0]])
+    np.testing.assert_allclose(enc.transform([[3.0]])[0], absolute.sinusoidal(np.array([3.0]), 8)[0], atol=1e-15)
+
+
+def test_precision_emulations_refuse_bad_arguments():
+    from posenc_np import precision as P
+
+    pos = np.arange(3)
+    with pytest.raises(ValueError, match="dim must be even"):  # was a (3, 31) table
+        P.llama_cpp_cos_sin(pos, 63, 1e4)
+    for kw, match in [({"attention_factor": float("nan")}, "attention_factor must be finite"),
+                      ({"attention_factor": 1e300}, "attention_factor must be at most float32's largest"),
+                      ({"base": 1e300}, "base must be at most float32's largest"),
+                      ({"base": float("nan")}, "base must be finite"),
+                      ({"freq_factors": [1.0, 0.0]}, "freq_factors must hold dim // 2")]:
+        with pytest.raises(ValueError, match=match):  # were NaN tables
+            P.llama_cpp_cos_sin(pos, 4, **{"base": 1e4, **kw})
+    with pytest.raises(ValueError, match="llama.cpp tables .* MAX_ALLOC_BYTES"):
+        P.llama_cpp_cos_sin(pos, 10**9, 1e4)
+    c, s = P.llama_cpp_cos_sin(pos, 64, 1e4, attention_factor=2.0)
+    assert c.shape == s.shape == (3, 32) and np.all(np.isfinite(c))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(TypeError, match="complex"):  # the imaginary part was dropped with a warning
+            P.to_bfloat16(1j)
+        with pytest.raises(TypeError, match="complex"):
+            P.round_to(np.array([1 + 2j]), "float32")
+    assert P.to_bfloat16(3).tolist() == 3.0 and P.round_to(1.5, "float16").tolist() == 1.5

@@ -28,6 +28,7 @@ def test_there_are_examples():
     assert {s.name for s in SCRIPTS} >= {"co2_seasonality.py", "verify_rope_with_golden.py"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.name for s in SCRIPTS])
 def test_example_runs(script):
     out = _run(script)

@@ -15,13 +15,14 @@ from _golden_util import ONE, REPO, SMALL, case_doc, copy_suite
 from posenc_np.golden import catalogue, runner
 from posenc_np.golden import format as fmt
 from posenc_np.golden.spec import ORACLE_DIGITS, finish_oracle_output
-from posenc_np.golden.v1_files import V1_FILES
 from posenc_np.testing import assert_golden, load_case
+from _support import require_tool
 
 small_suite = _golden_util.small_suite  # fixture
 
 V1 = REPO / "vectors" / "v1"
 V2 = REPO / "vectors" / "v2"
+V3 = REPO / "vectors" / "v3"
 
 
 def test_generated_suite_verifies(small_suite):
@@ -39,7 +40,7 @@ def test_json_and_npz_hold_identical_content(small_suite):
 def test_case_records_everything_the_format_promises(small_suite):
     doc = case_doc(small_suite)
     assert set(doc) == set(fmt.CASE_FIELDS)
-    assert doc["schema_version"] == 2 and "sha256" not in doc  # digests live in the index
+    assert doc["schema_version"] == 3 and "sha256" not in doc  # digests live in the index
     assert set(doc["conventions"]) == {"layout", "sign", "scale_placement", "semantics"}
     assert doc["oracle"]["precision_digits"] >= 50
     assert doc["conventions"]["layout"] == doc["params"]["layout"] == "interleaved"
@@ -47,7 +48,7 @@ def test_case_records_everything_the_format_promises(small_suite):
 
 def test_index_lists_sha256_and_size_of_the_exact_bytes(small_suite):
     index = json.loads((small_suite / "index.json").read_text())
-    assert index["schema"] == "posenc-np-golden-index" and index["schema_version"] == 2 and index["pending"] == []
+    assert index["schema"] == "posenc-np-golden-index" and index["schema_version"] == 3 and index["pending"] == []
     listed = {f["path"]: f for c in index["cases"] for f in c["files"]}
     on_disk = {p.name for p in small_suite.iterdir()} - {"index.json", "SHA256SUMS"}
     assert set(listed) == on_disk
@@ -60,8 +61,7 @@ def test_sha256sums_checks_with_the_standard_tool(small_suite):
     lines = (small_suite / "SHA256SUMS").read_text().splitlines()
     assert lines == sorted(lines, key=lambda s: s.split("  ")[1])
     assert {line.split("  ")[1] for line in lines} == {p.name for p in small_suite.iterdir()} - {"SHA256SUMS"}
-    if shutil.which("sha256sum") is None:
-        pytest.skip("sha256sum not installed")
+    require_tool(shutil.which("sha256sum") is not None, "the sha256sum command", "install GNU coreutils")
     res = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=small_suite,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -94,11 +94,17 @@ def test_regeneration_is_byte_identical(small_suite, tmp_path):
     (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, "0"), "is not a int64"),
     (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, 1 << 63), "is not a int64"),
     (lambda d: d["inputs"]["positions"]["data"].__setitem__(0, True), "is not a int64"),
-    (lambda d: d["outputs"]["encoding"]["data"].__setitem__(0, (1 << 53) + 1), "is not a float64"),
+    (lambda d: d["outputs"]["encoding"]["data"].__setitem__(0, (1 << 53) + 1), "is not a finite float64"),
+    (lambda d: d["outputs"]["encoding"]["data"].__setitem__(5, float("nan")),
+     "outputs.encoding.data value NaN is not a finite float64"),
+    (lambda d: d["outputs"]["encoding"]["data"].__setitem__(5, float("-inf")), "value -Infinity is not a finite"),
+    (lambda d: d["known_divergences"].append({"implementation": "x", "description": "", "inputs": {}, "outputs": {
+        "y": {"dtype": "float64", "shape": [1], "data": [float("inf")]}}}),
+     "known_divergences[0].outputs.y.data value Infinity is not a finite float64"),
     (lambda d: d["conventions"].update(layout="concat"), "disagrees with params.layout"),
     (lambda d: d["tolerances"]["float32"].update(abs=-1.0), "tolerances.float32.abs must be a number >= 0"),
     (lambda d: d["oracle"].update(precision_digits=15), "precision_digits must be an integer >= 50"),
-    (lambda d: d.update(schema_version=3), "schema_version must be one of [1, 2]"),
+    (lambda d: d.update(schema_version=4), "schema_version must be one of [1, 2, 3]"),
     (lambda d: d.update(schema_version=True), "schema_version must be one of"),
     (lambda d: d.update(name="Bad Name"), "name must be a case name"),
     (lambda d: d.update(outputs={}), "outputs must be an object with at least 1"),
@@ -161,12 +167,10 @@ def test_npz_member_with_wrong_dtype(small_suite):
         fmt.parse_case(data, f"{ONE}.npz")
 
 
-def test_npz_bool_member_holds_only_zero_and_one(tmp_path):
+def test_npz_bool_member_holds_only_zero_and_one(small_suite):
     arr = np.frombuffer(b"\x02", dtype=np.uint8).view(bool)
-    buf = io.BytesIO()
-    np.lib.format.write_array(buf, arr)
-    with pytest.raises(fmt.GoldenFormatError, match="bytes other than 0 and 1"):
-        fmt._npy(buf.getvalue(), "m")
+    with pytest.raises(fmt.GoldenFormatError, match="bool data holds bytes other than 0 and 1"):
+        fmt.parse_case(_npz_with(small_suite, "outputs.encoding.npy", array=arr), f"{ONE}.npz")
 
 
 def test_not_a_zip():
@@ -244,11 +248,12 @@ def test_oracle_rounds_once_to_nearest():
         finish_oracle_output(np.array([0.5]))  # float64 oracle output: not from the oracle
 
 
-def test_catalogue_names_are_unique_and_valid():
-    specs = catalogue.cases()
+@pytest.mark.parametrize("suite, directory", [(2, V2), (3, V3)])
+def test_catalogue_names_are_unique_and_valid(suite, directory):
+    specs = catalogue.cases(suite=suite)
     names = [s.name for s in specs]
     assert len(names) == len(set(names))
-    committed = json.loads((V2 / "index.json").read_text())["cases"]
+    committed = json.loads((directory / "index.json").read_text())["cases"]
     assert names == [c["name"] for c in sorted(committed, key=lambda c: names.index(c["name"]))]
     for s in specs:
         assert fmt.NAME_RE.match(s.name)
@@ -262,11 +267,16 @@ def test_catalogue_names_are_unique_and_valid():
 
 
 def test_committed_v1_suite_still_verifies_bit_for_bit_against_the_oracle():
-    """Version 1 is trusted through the frozen digests of its published files, then checked on its own
-    parameters and tolerance against the library and bit for bit against the oracle."""
+    """Version 1 is trusted through the digests of its published files (golden/v1_published.json, read with
+    the bounded reader), then checked on its own parameters and tolerance against the library and bit for bit
+    against the oracle."""
     rows = runner.verify(V1, oracle=True)
     assert len(rows) == 89 and all(r.ok for r in rows), runner.format_table([r for r in rows if not r.ok])
-    assert len(V1_FILES) == 178 and set(V1_FILES) == {p.name for p in V1.iterdir()} - {"index.json"}
+    published = runner.published_v1()["files"]
+    assert runner.V1_PUBLISHED_FILE == REPO / "posenc_np" / "golden" / "v1_published.json"
+    assert len(published) == 178 and set(published) == {p.name for p in V1.iterdir()} - {"index.json"}
+    assert published == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in V1.iterdir()
+                         if p.name != "index.json"}
 
 
 def test_an_edited_v1_file_is_not_trusted_even_with_its_checksums_recomputed(tmp_path):
@@ -274,7 +284,7 @@ def test_an_edited_v1_file_is_not_trusted_even_with_its_checksums_recomputed(tmp
     doc = json.loads((d / f"{ONE}.json").read_text())
     doc["tolerance"]["abs"] = 1e300
     doc["outputs"]["encoding"]["data"][0] = 12345.0
-    doc["sha256"] = fmt.checksum_v1(doc)
+    doc["sha256"] = hashlib.sha256(fmt.canonical({k: v for k, v in doc.items() if k != "sha256"}).encode()).hexdigest()
     (d / f"{ONE}.json").write_text(json.dumps(doc))
     index = json.loads((d / "index.json").read_text())
     next(c for c in index["cases"] if c["name"] == ONE)["sha256"] = doc["sha256"]
@@ -285,7 +295,24 @@ def test_an_edited_v1_file_is_not_trusted_even_with_its_checksums_recomputed(tmp
         load_case(d / f"{ONE}.json")
 
 
-def test_committed_v2_suite_verifies():
-    rows = runner.verify(V2)
-    assert len(rows) == len(catalogue.cases()) and all(r.ok for r in rows), \
+def test_v1_trust_is_read_from_its_own_file_with_the_bounded_reader(tmp_path, monkeypatch):
+    """Without golden/v1_published.json (or with a link in its place) every v1 case fails, naming the file."""
+    link = tmp_path / "v1_published.json"
+    link.symlink_to(runner.V1_PUBLISHED_FILE)
+    monkeypatch.setattr(runner, "V1_PUBLISHED_FILE", link)
+    runner.published_v1.cache_clear()
+    try:
+        rows = runner.verify(V1)
+        assert len(rows) == 89 and not any(r.ok for r in rows)
+        assert all("v1_published.json: is a symbolic link" in r.problem for r in rows), rows[0].problem
+        with pytest.raises(fmt.GoldenFormatError, match="is a symbolic link"):
+            load_case(V1 / f"{ONE}.json")
+    finally:
+        runner.published_v1.cache_clear()
+
+
+@pytest.mark.parametrize("suite, directory", [(2, V2), (3, V3)])
+def test_committed_suites_verify(suite, directory):
+    rows = runner.verify(directory)
+    assert len(rows) == len(catalogue.cases(suite=suite)) and all(r.ok for r in rows), \
         runner.format_table([r for r in rows if not r.ok])

@@ -1,6 +1,7 @@
 """generate never loses data: it refuses what it did not write, replaces or extends only its own
 suites, writes atomically, survives a kill at any moment, and fails like a Unix tool."""
 
+import json
 import os
 import random
 import re
@@ -55,7 +56,7 @@ def error_line(capsys) -> str:
 
 
 def gen(out, *extra) -> int:
-    return cli.main(["golden", "generate", "--out", str(out), "--quiet", "--only", *SMALL, *extra])
+    return cli.main(["golden", "generate", "--out", str(out), "--no-progress", "--only", *SMALL, *extra])
 
 
 # --------------------------------------------------------------------------- refusing
@@ -63,7 +64,7 @@ def gen(out, *extra) -> int:
 def test_refuses_a_non_empty_directory_without_a_flag(small_suite, tmp_path, capsys):
     d = copy_suite(small_suite, tmp_path / "s")
     before = snapshot(d)
-    assert cli.main(["golden", "generate", "--out", str(d), "--only", "rope.*", "--quiet"]) == 2
+    assert cli.main(["golden", "generate", "--out", str(d), "--only", "rope.*", "--no-progress"]) == 2
     assert "is not empty; pass --update" in error_line(capsys)
     assert snapshot(d) == before
 
@@ -102,7 +103,7 @@ def test_update_refuses_a_v1_suite_and_force_replaces_it(tmp_path, capsys):
 
 def test_force_replaces_our_suite_with_the_selection(small_suite, tmp_path):
     d = copy_suite(small_suite, tmp_path / "s")
-    assert cli.main(["golden", "generate", "--out", str(d), "--force", "--quiet", "--format", "json",
+    assert cli.main(["golden", "generate", "--out", str(d), "--force", "--no-progress", "--format", "json",
                      "--only", "learned.*"]) == 0
     assert sorted(p.name for p in d.iterdir()) == ["SHA256SUMS", "index.json", "learned.lookup_and_scatter_add.json"]
     assert not bad_rows(d)
@@ -111,7 +112,7 @@ def test_force_replaces_our_suite_with_the_selection(small_suite, tmp_path):
 def test_update_with_only_keeps_the_rest_of_the_suite(small_suite, tmp_path):
     """The old tooling rewrote index.json to the --only cases: verify then failed the others."""
     d = copy_suite(small_suite, tmp_path / "s")
-    assert cli.main(["golden", "generate", "--out", str(d), "--update", "--quiet", "--only", "learned.*"]) == 0
+    assert cli.main(["golden", "generate", "--out", str(d), "--update", "--no-progress", "--only", "learned.*"]) == 0
     rows = runner.verify(d)
     assert [r.case for r in rows] == SMALL_NAMES and all(r.ok for r in rows)
     assert snapshot(d) == snapshot(small_suite)
@@ -119,7 +120,7 @@ def test_update_with_only_keeps_the_rest_of_the_suite(small_suite, tmp_path):
 
 def test_update_adds_cases_and_replaces_old_ones(old_suite, tmp_path):
     d = copy_suite(old_suite, tmp_path / "s")
-    assert cli.main(["golden", "generate", "--out", str(d), "--update", "--quiet",
+    assert cli.main(["golden", "generate", "--out", str(d), "--update", "--no-progress",
                      "--only", ONE, "alibi.slopes.n8"]) == 0
     rows = runner.verify(d)
     assert sorted(r.case for r in rows) == sorted([*SMALL_NAMES, "alibi.slopes.n8"]) and all(r.ok for r in rows)
@@ -170,6 +171,7 @@ def _generate_in_child(out: Path, kill_at: int, count_file: Path | None = None, 
     return os.WIFSIGNALED(status)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["fresh", "force-over-old"])
 def test_kill_at_random_moments(old_suite, tmp_path, scenario):
     """After a kill, every case file is byte-for-byte the old one or the new one, verify names
@@ -262,7 +264,7 @@ def test_write_error_is_one_line(tmp_path, capsys, monkeypatch):
 @pytest.mark.slow  # two full generations of the 115 cases (~7 s each on a loaded 2-core box: the oracle, fsyncs)
 def test_readme_main_job_runs_twice_and_reproduces_the_committed_suite(tmp_path):
     """The README's command works in a fresh directory and again on its own output (--force), and
-    what it writes is byte for byte the committed vectors/v2."""
+    what it writes is byte for byte the committed vectors/v3."""
     readme = (REPO / "README.md").read_text()
     main_job = re.search(r"```bash\n(.*?)```", readme, flags=re.DOTALL).group(1).strip()
     commands = [c.strip().split()[1:] for c in main_job.split("&&") if c.strip().startswith("posenc-np")]
@@ -276,11 +278,76 @@ def test_readme_main_job_runs_twice_and_reproduces_the_committed_suite(tmp_path)
     finally:
         os.chdir(cwd)
     out = tmp_path / commands[0][commands[0].index("--out") + 1]
-    assert snapshot(out) == snapshot(REPO / "vectors" / "v2")
+    assert snapshot(out) == snapshot(REPO / "vectors" / "v3")
 
 
-def test_generate_in_a_subprocess_prints_nothing_on_stderr_with_quiet(tmp_path):
+@pytest.mark.slow  # one full generation of version 2's 137 cases
+def test_suite_v2_regenerates_byte_for_byte(tmp_path):
+    assert cli.main(["golden", "generate", "--suite", "v2", "--out", str(tmp_path / "v2"), "--no-progress",
+                     "--jobs", "1"]) == 0
+    assert snapshot(tmp_path / "v2") == snapshot(REPO / "vectors" / "v2")
+
+
+def test_suite_option(tmp_path, capsys):
+    assert cli.main(["golden", "list", "--suite", "v2"]) == 0
+    assert capsys.readouterr().out.endswith(f"{len(catalogue.cases(suite=2))} cases\n")
+    assert len(catalogue.cases(suite=2)) < len(catalogue.cases()) == len(catalogue.cases(suite=3))
+    with pytest.raises(SystemExit):
+        cli.main(["golden", "list", "--suite", "v4"])
+    assert "must be v2 or v3" in capsys.readouterr().err
+    out = tmp_path / "s"
+    assert gen(out, "--suite", "v2") == 0
+    assert json.loads((out / "index.json").read_text())["schema_version"] == 2
+    assert gen(out, "--update") == 2  # a v2 suite is not extended as v3
+    assert "holds a version-2 suite" in error_line(capsys)
+    assert gen(out, "--force") == 0  # replaced wholesale
+    assert json.loads((out / "index.json").read_text())["schema_version"] == 3
+    assert all(r.ok for r in runner.verify(out))
+
+
+FEW = ["learned.*", "sinusoidal.*"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [[], ["--no-progress"]], ids=["default", "--no-progress"])
+def test_generate_into_a_log_writes_no_progress(tmp_path, flags):
+    """stderr a pipe (a redirected log): no progress bar or per-case lines, with or without the flag."""
     res = subprocess.run([sys.executable, "-m", "posenc_np", "golden", "generate", "--out", str(tmp_path / "o"),
-                          "--quiet", "--only", "learned.*"], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
+                          *flags, "--only", *FEW, "--jobs", "1"], capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert res.returncode == 0 and res.stderr == ""
+    assert f"wrote {len(catalogue.cases(FEW))} cases" in res.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, shown", [([], True), (["--no-progress"], False)], ids=["default", "--no-progress"])
+def test_generate_on_a_terminal_shows_progress_unless_told_not_to(tmp_path, flags, shown):
+    """stderr a terminal (a pseudo-terminal here): the progress bar is drawn there, unless --no-progress."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # tqdm draws nothing at width 0
+    try:
+        res = subprocess.run([sys.executable, "-m", "posenc_np", "golden", "generate", "--out", str(tmp_path / "o"),
+                              *flags, "--only", *FEW, "--jobs", "1"], stdout=subprocess.PIPE,
+                             stderr=follower, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+        os.close(follower)
+        follower = None
+        terminal = b""
+        while True:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:  # EIO: the terminal has no writer left
+                break
+            if not chunk:
+                break
+            terminal += chunk
+    finally:
+        if follower is not None:
+            os.close(follower)
+        os.close(leader)
+    assert res.returncode == 0 and f"wrote {len(catalogue.cases(FEW))} cases" in res.stdout
+    assert (b"golden cases" in terminal or b"oracle: " in terminal) is shown, terminal

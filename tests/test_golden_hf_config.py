@@ -4,12 +4,13 @@ errors naming the key, and suites generated for one model and verified against i
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from posenc_np import cli, rope
+from posenc_np import cli, hf_config, rope
 from posenc_np.golden import format as fmt
 from posenc_np.golden import model_cases, runner
 from posenc_np.hf_config import read_hf_config
@@ -35,7 +36,7 @@ def test_qwen2_5_yarn_context_is_factor_times_original():
     c = read_hf_config(FIXTURES / "qwen2.5-7b-instruct-yarn.json")
     (r,) = c.rope
     assert (r.head_dim, r.base, r.rope_type, r.max_position_embeddings, c.context) == (128, 1e6, "yarn", 32768, 131072)
-    _, af = r.inv_freq()
+    _, af = r.frequencies()
     assert af == pytest.approx(0.1 * math.log(4) + 1)
 
 
@@ -44,8 +45,8 @@ def test_phi3_longrope_takes_the_top_level_original_length_and_switches_after_it
     (r,) = c.rope
     assert (r.head_dim, r.rotary_dim, r.scaling["original_max_position_embeddings"], c.context) == (96, 96, 4096,
                                                                                                     131072)
-    short, af = r.inv_freq(seq_len=4096)
-    long, _ = r.inv_freq(seq_len=4097)
+    short, af = r.frequencies(seq_len=4096)
+    long, _ = r.frequencies(seq_len=4097)
     plain = 1e4 ** -(np.arange(0, 96, 2) / 96)
     np.testing.assert_allclose(short, plain / np.array(r.scaling["short_factor"]), rtol=1e-15)
     np.testing.assert_allclose(long, plain / np.array(r.scaling["long_factor"]), rtol=1e-15)
@@ -76,8 +77,8 @@ def test_gemma3_legacy_spelling_is_the_same_setup():
 
 def test_pythia_gpt_neox_spellings():
     (r,) = read_hf_config(FIXTURES / "pythia-70m.json").rope
-    assert (r.head_dim, r.rotary_dim, r.base, r.dim_argument) == (64, 16, 1e4, 64)
-    assert r.inv_freq()[0].size == 8
+    assert (r.head_dim, r.rotary_dim, r.base, r.scaling["partial_rotary_factor"]) == (64, 16, 1e4, 0.25)
+    assert r.frequencies()[0].size == 8
     cfg = {**fixture("pythia-70m"), "partial_rotary_factor": 0.25, "rope_theta": 10000}
     assert read_hf_config(cfg).rope[0].rotary_dim == 16  # agreeing duplicates (transformers 4.48 writes both)
 
@@ -101,7 +102,8 @@ def test_the_5x_spelling_equals_the_4x_one():
     assert read_hf_config(new).rope == read_hf_config(old).rope
     legacy_type = {**old, "rope_scaling": {**{k: v for k, v in old["rope_scaling"].items() if k != "rope_type"},
                                            "type": "llama3"}}
-    assert read_hf_config(legacy_type).rope[0].inv_freq()[0].tolist() == read_hf_config(old).rope[0].inv_freq()[0].tolist()
+    assert (read_hf_config(legacy_type).rope[0].frequencies()[0].tolist()
+            == read_hf_config(old).rope[0].frequencies()[0].tolist())
 
 
 def test_multimodal_text_config_and_mrope_section():
@@ -149,7 +151,6 @@ def test_contradictory_or_unsupported_rope_configs_name_the_key(edit, key):
     ("deberta-v3-base", lambda c: c.update(relative_attention=False), "relative_attention"),
     ("deberta-v3-base", lambda c: c.update(position_buckets=0), "position_buckets"),
     ("t5-small", lambda c: c.update(relative_attention_num_buckets=1), "relative_attention_num_buckets"),
-    ("bloom-560m", lambda c: c.pop("seq_length"), "seq_length"),
     ("bloom-560m", lambda c: c.update(rope_theta=1e4), "contradictory"),
     ("gemma-3-270m-5x", lambda c: c["rope_parameters"].update(rope_type="default"), "mixes"),
 ])
@@ -171,9 +172,23 @@ def test_unsupported_model_and_hostile_files(tmp_path):
             read_hf_config(p)
     with pytest.raises(ValueError, match="cannot read"):
         read_hf_config(tmp_path / "missing.json")
-    (tmp_path / "link.json").symlink_to(FIXTURES / "t5-small.json")
-    with pytest.raises(ValueError, match="symbolic link"):
-        read_hf_config(tmp_path / "link.json")
+    (tmp_path / "link.json").symlink_to(FIXTURES / "t5-small.json")  # the Hub cache links snapshots to blobs
+    assert read_hf_config(tmp_path / "link.json").family == "t5"
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "fifo.json").symlink_to(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="FIFO"):  # refused before opening: never blocks
+        read_hf_config(tmp_path / "fifo.json")
+    (tmp_path / "big.json").write_bytes(b" " * (hf_config.MAX_CONFIG_BYTES + 1))
+    with pytest.raises(ValueError, match="big.json"):
+        read_hf_config(tmp_path / "big.json")
+
+
+def test_the_file_is_read_by_the_one_bounded_reader(monkeypatch):
+    calls = []
+    real = hf_config.read_bounded
+    monkeypatch.setattr(hf_config, "read_bounded", lambda *a, **k: calls.append(a) or real(*a, **k))
+    read_hf_config(FIXTURES / "t5-small.json")
+    assert calls == [(str(FIXTURES / "t5-small.json"), hf_config.MAX_CONFIG_BYTES)]
 
 
 # --------------------------------------------------------------------------- suites for one model
@@ -199,12 +214,14 @@ def test_model_cases_are_deterministic():
         fmt.canonical(catalogue.document_fields(s)) for s in b]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in FIXTURES.glob("*.json")))
 def test_generate_and_verify_a_models_suite(name, tmp_path, capsys):
     """``generate --hf-config`` then ``verify --hf-config`` passes; without the config every case is unknown."""
     config = str(FIXTURES / f"{name}.json")
     out = tmp_path / "suite"
-    assert cli.main(["golden", "generate", "--hf-config", config, "--out", str(out), "--quiet", "--jobs", "1"]) == 0
+    assert cli.main(["golden", "generate", "--hf-config", config, "--out", str(out), "--no-progress",
+                     "--jobs", "1"]) == 0
     assert cli.main(["golden", "verify", str(out), "--hf-config", config]) == 0
     assert cli.main(["golden", "verify", str(out)]) == 1
     assert "verified with the same --hf-config" in capsys.readouterr().out
@@ -236,3 +253,109 @@ def test_a_rope_config_without_a_context_is_read_but_has_no_suite():
     assert config.context is None and config.rope[0].rotary_dim == 16
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model_cases.cases_for(config)
+
+
+# --------------------------------------------------------------------------- issue 25: families, bounds, unread keys
+
+def test_deepseek_v3_rotates_qk_rope_head_dim_interleaved_with_yarn_mscale():
+    c = read_hf_config(FIXTURES / "deepseek-v3-base.json")
+    (r,) = c.rope
+    assert (r.head_dim, r.rotary_dim, r.rope_type, c.rope_layout, c.context) == (64, 64, "yarn", "interleaved", 163840)
+    inv, af = r.frequencies()
+    assert inv.size == 32 and af == 1.0  # mscale == mscale_all_dim: g(40, 1) / g(40, 1)
+    specs = model_cases.cases_for(c)
+    assert all(s.params["head_dim"] == 64 and s.params.get("layout", "interleaved") == "interleaved" for s in specs)
+    assert "apply_rotary_pos_emb_interleave" in specs[-1].reference_call
+    assert read_hf_config({**fixture("deepseek-v3-base"), "rope_interleave": False}).rope_layout == "half"
+    with pytest.raises(ValueError, match="rope_interleave"):
+        read_hf_config({**fixture("deepseek-v3-base"), "model_type": "deepseek_v2", "rope_interleave": False})
+
+
+def test_gpt_j_falcon_mpt_defaults():
+    gptj = read_hf_config(FIXTURES / "gpt-j-6b.json")
+    assert (gptj.context, gptj.rope_layout, gptj.rope[0].head_dim, gptj.rope[0].rotary_dim) == (2048, "interleaved",
+                                                                                               256, 64)
+    falcon = read_hf_config(FIXTURES / "falcon-7b.json")
+    assert (falcon.context, falcon.rope[0].base, falcon.rope[0].head_dim, falcon.rope_layout) == (2048, 1e4, 64, "half")
+    falcon_alibi = read_hf_config({**fixture("falcon-7b"), "alibi": True})
+    assert falcon_alibi.alibi == {"num_heads": 71, "max_bias": 8.0, "form": "bloom"}
+    mpt = read_hf_config(FIXTURES / "mpt-7b.json")
+    assert (mpt.family, mpt.context, mpt.alibi["form"]) == ("alibi", 2048, "causal")
+    no_flag = fixture("mpt-7b")
+    del no_flag["attn_config"]["alibi"]
+    assert read_hf_config(no_flag).family == "alibi"  # MptAttentionConfig's default
+    with pytest.raises(ValueError, match="attn_config.alibi"):
+        read_hf_config({**fixture("mpt-7b"), "attn_config": {"alibi": False}})
+
+
+def test_qwen2_vl_mrope_section_gives_an_mrope_case():
+    c = read_hf_config(FIXTURES / "qwen2-vl-7b-instruct.json")
+    (r,) = c.rope
+    assert (r.head_dim, r.base, r.mrope_section, c.context) == (128, 1e6, (16, 24, 24), 32768)
+    (m,) = [s for s in model_cases.cases_for(c) if s.encoding == "rope.mrope"]
+    pos = m.inputs["positions"]
+    assert m.params["mrope_section"] == [16, 24, 24] and pos.shape[0] == 3 and pos.max() == 32768
+    assert not np.array_equal(pos[1], pos[2])  # the image grid: h and w differ
+    for section, key in (([16, 24, 20], "mrope_section"), ([16, 24], "mrope_section")):
+        with pytest.raises(ValueError, match=key):
+            read_hf_config({**fixture("qwen2-vl-7b-instruct"), "rope_scaling": {"type": "mrope",
+                                                                                  "mrope_section": section}})
+    with pytest.raises(ValueError, match="mrope_section"):  # M-RoPE with scaling is not covered: said, not dropped
+        read_hf_config({**fixture("qwen2-vl-7b-instruct"), "rope_scaling": {
+            "rope_type": "linear", "factor": 2.0, "mrope_section": [16, 24, 24]}})
+
+
+def test_bloom_without_seq_length_takes_the_training_length_and_max_position_replaces_the_context():
+    cfg = {k: v for k, v in fixture("bloom-560m").items() if k != "seq_length"}
+    assert read_hf_config(cfg).context == 2048
+    assert read_hf_config(cfg, max_position=4096).context == 4096
+    llama = read_hf_config(FIXTURES / "llama-3.1-8b.json", max_position=1000)
+    assert llama.context == llama.rope[0].context == 1000
+    with pytest.raises(ValueError, match="max_position"):
+        read_hf_config(cfg, max_position=1 << 40)
+    with pytest.raises(ValueError, match="seq_length"):
+        read_hf_config({"model_type": "falcon", "alibi": True, "n_head": 4} | {"model_type": "RefinedWeb"})
+
+
+def test_generate_with_max_position(tmp_path):
+    out = tmp_path / "s"
+    args = ["--hf-config", str(FIXTURES / "bloom-560m.json"), "--max-position", "300"]
+    assert cli.main(["golden", "generate", "--out", str(out), "--no-progress", "--jobs", "1", *args]) == 0
+    assert cli.main(["golden", "verify", str(out), *args]) == 0
+    assert cli.main(["golden", "verify", str(out), "--hf-config", str(FIXTURES / "bloom-560m.json")]) == 1
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c.update(n_head=10**6), "num_attention_heads"),
+    (lambda c: c.update(n_head=True), "num_attention_heads"),
+    (lambda c: c.update(seq_length=1 << 30), "seq_length"),
+])
+def test_sizes_are_bounded(edit, key):
+    cfg = fixture("bloom-560m")
+    edit(cfg)
+    with pytest.raises(ValueError, match=key):
+        read_hf_config(cfg)
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda c: c.update(head_dim=1 << 20), "head_dim"),
+    (lambda c: c.update(hidden_size=1 << 40), "hidden_size"),
+    (lambda c: c.update(max_position_embeddings=1 << 40), "max_position_embeddings"),
+    (lambda c: c["rope_scaling"].update(factor=1e9), "factor"),
+    (lambda c: c.update(no_rope_layers=[1, 0, 1]), "no_rope_layers"),
+    (lambda c: c.update(position_embedding_type="absolute"), "position_embedding_type"),
+    (lambda c: c.update(rope_type="linear"), "rope_type"),
+    (lambda c: c.update(attn_config={"rope": True}), "attn_config.rope"),
+])
+def test_large_sizes_and_unread_positional_keys_name_the_key(edit, key):
+    cfg = fixture("llama-3.1-8b")
+    edit(cfg)
+    with pytest.raises(ValueError, match=key):
+        read_hf_config(cfg)
+
+
+def test_a_huge_head_count_fails_at_once(tmp_path, capsys):
+    p = tmp_path / "c.json"
+    p.write_text('{"model_type": "bloom", "n_head": 1000000, "seq_length": 2048}')  # 70 bytes, issue 25
+    assert cli.main(["golden", "generate", "--hf-config", str(p), "--out", str(tmp_path / "o")]) == 2
+    assert "num_attention_heads" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from _golden_util import (
     rewrite_case,
 )
 
+from posenc_np._files import read_bounded
 from posenc_np.golden import format as fmt
 from posenc_np.golden import runner, safe_io
 
@@ -93,14 +94,24 @@ def test_unreadable_file(suite):
 
 
 def test_read_error(suite, monkeypatch):
-    real_read = os.read
+    """An I/O error while reading one case file (injected into the one bounded reader's file
+    object) is that case's FAIL row."""
+    from posenc_np import _files
 
-    def failing_read(fd, n):
-        if os.readlink(f"/proc/self/fd/{fd}").endswith(JSON):
+    real_open = _files.open_regular
+
+    class FailingFile(io.BufferedReader):
+        def read1(self, n=-1):
             raise OSError(5, "Input/output error")
-        return real_read(fd, n)
 
-    monkeypatch.setattr(safe_io.os, "read", failing_read)
+    def open_failing(name, *args, **kwargs):
+        fh = real_open(name, *args, **kwargs)
+        if os.fspath(name).endswith(JSON):
+            raw = fh.detach()
+            return FailingFile(raw)
+        return fh
+
+    monkeypatch.setattr(_files, "open_regular", open_failing)
     only_bad(suite, ONE, f"{JSON}: cannot read: Input/output error")
 
 
@@ -270,3 +281,79 @@ def test_load_case_refuses_fifo_and_symlink(tmp_path):
             load_case(tmp_path / "x.json")
         with pytest.raises(fmt.GoldenFormatError, match="symbolic link"):
             load_case(tmp_path / "y.json")
+
+
+# --------------------------------------------------------------------------- the library's one reader
+
+def _hostile(tmp_path, what: str):
+    """A path in ``tmp_path`` holding ``what`` where a file is expected."""
+    path = tmp_path / re.sub(r"\W", "_", what)
+    if what == "link to /dev/zero":
+        path.symlink_to("/dev/zero")
+    elif what == "FIFO":
+        os.mkfifo(path)
+    elif what == "directory":
+        path.mkdir()
+    elif what == "socket":
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+    elif what == "huge file":
+        path.touch()
+        os.truncate(path, 1 << 40)  # sparse: a terabyte that costs no disk
+    return path
+
+
+@pytest.mark.parametrize("what, message", [
+    ("link to /dev/zero", "is a character device, not a regular file"),
+    ("FIFO", "is a FIFO, not a regular file"),
+    ("directory", "is a directory, not a regular file"),
+    ("socket", "is a socket, not a regular file"),
+    ("huge file", f"{1 << 40} bytes, more than the limit of {1 << 20}"),
+])
+def test_read_bounded_refuses_each_hostile_file_in_bounded_time_and_memory(tmp_path, what, message):
+    path = _hostile(tmp_path, what)
+    with alarm(5), bounded(seconds=2, megabytes=4):
+        with pytest.raises(ValueError) as exc:
+            read_bounded(path, 1 << 20, "study cell")
+    assert str(exc.value) == f"study cell {path}: {message}"
+
+
+def test_read_bounded_suite_policy_never_follows_a_link(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_bytes(b"{}")
+    (tmp_path / "link.json").symlink_to(target)
+    assert read_bounded(tmp_path / "link.json", 10) == b"{}"  # a config in a Hugging Face cache is a link
+    with pytest.raises(fmt.GoldenFormatError, match="link.json: is a symbolic link, not a regular file "
+                                                    r"\(symbolic links are never followed\)"):
+        safe_io.read_file(str(tmp_path / "link.json"), limit=10)
+
+
+def test_read_bounded_stops_reading_a_file_that_outgrows_its_size(tmp_path):
+    """/proc files claim 0 bytes and hold more: the read itself is bounded, not only the size check."""
+    with pytest.raises(ValueError, match=r"^/proc/self/maps: grew beyond the limit of 64 bytes while being read$"):
+        read_bounded("/proc/self/maps", 64)
+    assert len(read_bounded("/proc/self/maps", 1 << 24)) > 64
+
+
+def test_read_bounded_a_fifo_swapped_in_after_the_check_does_not_block(tmp_path, monkeypatch):
+    regular = tmp_path / "regular"
+    regular.write_bytes(b"x")
+    fifo = _hostile(tmp_path, "FIFO")
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, **kw: real_stat(regular if os.fspath(p) == str(fifo) else p, **kw))
+    with alarm(5), pytest.raises(ValueError, match=f"^{re.escape(str(fifo))}: is a FIFO, not a regular file$"):
+        read_bounded(fifo, 10)
+
+
+def test_read_bounded_missing_file_and_error_class(tmp_path):
+    with pytest.raises(ValueError, match=f"^checkpoint {re.escape(str(tmp_path))}/nope: cannot open: No such file"):
+        read_bounded(tmp_path / "nope", 10, "checkpoint")
+    with pytest.raises(fmt.GoldenFormatError):
+        read_bounded(tmp_path / "nope", 10, error=fmt.GoldenFormatError)
+    (tmp_path / "ok").write_bytes(b"0123456789")
+    assert read_bounded(tmp_path / "ok", 10) == b"0123456789"
+    with pytest.raises(ValueError, match="10 bytes, more than the limit of 9"):
+        read_bounded(tmp_path / "ok", 9)

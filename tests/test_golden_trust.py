@@ -2,14 +2,17 @@
 cannot be spoofed. Each test is one failure reported against the old tooling, or the property
 that any accidental or deliberate edit is reported."""
 
+import dataclasses
 import json
 import random
+import re
 
 import _golden_util
 import numpy as np
 import pytest
 from _golden_util import (
     ONE,
+    SMALL,
     bad_rows,
     case_doc,
     copy_suite,
@@ -17,13 +20,14 @@ from _golden_util import (
     reseal,
     rewrite_case,
 )
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc_np import cli
+from posenc_np.golden import catalogue, runner
 from posenc_np.golden import format as fmt
-from posenc_np.golden import runner
 from posenc_np.golden.spec import CaseSpec
+from posenc_np.testing import assert_golden, load_case
 
 small_suite = _golden_util.small_suite  # fixture
 suite = _golden_util.suite  # fixture
@@ -150,7 +154,7 @@ def test_json_gone_while_npz_remains(suite):
 def test_wrong_index_schema_and_version(suite):
     index = json.loads((suite / "index.json").read_text())
     for key, value, message in (("schema", "posenc-np-golden", "schema must be"),
-                                ("schema_version", 3, "schema_version must be one of")):
+                                ("schema_version", 4, "schema_version must be one of")):
         (suite / "index.json").write_text(json.dumps({**index, key: value}))
         bad = bad_rows(suite)
         assert bad[0].case == "index.json" and message in bad[0].problem
@@ -221,6 +225,88 @@ def test_sha256sums_must_match(suite):
     assert "SHA256SUMS: missing" in problems(suite)
 
 
+# --------------------------------------------------------------------------- non-finite expected values
+
+NON_FINITE = [float("nan"), float("inf"), float("-inf")]
+
+
+def _npz_doc(d, name=ONE) -> dict:
+    return fmt.parse_case((d / f"{name}.npz").read_bytes(), f"{name}.npz")
+
+
+def _set_npz_value(d, value, name=ONE) -> None:
+    """Write ``value`` into the first expected output of the case's NPZ (the NPZ writer does not check),
+    and reseal the manifest: what a careless script can do."""
+    doc = _npz_doc(d, name)
+    doc["outputs"]["encoding"]["data"][3] = value
+    (d / f"{name}.npz").write_bytes(fmt.case_npz_bytes(doc))
+    reseal(d)
+
+
+@pytest.fixture(scope="module")
+def npz_suite(tmp_path_factory):
+    """ONE and the learned case, NPZ only (``generate --format npz``)."""
+    out = tmp_path_factory.mktemp("golden") / "npz"
+    runner.generate(out, only=[ONE, "learned.*"], formats=("npz",))
+    return out
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=repr)
+def test_non_finite_expected_value_in_an_npz_only_suite_is_one_fail_row(npz_suite, tmp_path, capsys, value):
+    d = copy_suite(npz_suite, tmp_path / "s")
+    assert cli.main(["golden", "verify", str(d)]) == 0
+    capsys.readouterr()
+    _set_npz_value(d, value)
+    assert cli.main(["golden", "verify", str(d)]) == 1
+    out = capsys.readouterr().out
+    fail_rows = [line for line in out.splitlines() if line.endswith(" FAIL")]
+    assert len(fail_rows) == 1 and fail_rows[0].startswith(ONE), out
+    assert f"-> {ONE}.npz: outputs.encoding.data value {json.dumps(value)} is not a finite float64" in out
+    assert "1 passed, 1 failed" in out
+
+
+def test_nan_in_one_npz_of_a_json_and_npz_suite_fails_that_case_and_reports_every_other(suite, capsys):
+    """Once an abort of the whole verify with rc 2 ("Out of range float values are not JSON compliant")."""
+    _set_npz_value(suite, float("nan"))
+    assert cli.main(["golden", "verify", str(suite)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    rows = runner.verify(suite)
+    bad = [r for r in rows if not r.ok]
+    assert [r.case for r in bad] == [ONE] and f"{ONE}.npz: outputs.encoding.data value NaN" in bad[0].problem
+    assert [r.case for r in rows] == sorted(s.name for s in catalogue.cases(SMALL))
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=repr)
+def test_load_case_refuses_a_non_finite_expected_value_naming_file_and_array(suite, value):
+    (suite / "index.json").unlink()  # a lone file: only the format and the catalogue judge it
+    _set_npz_value_without_index(suite, value)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(suite / ONE))}\.npz: outputs\.encoding\.data value "
+                                         rf"{re.escape(json.dumps(value))} is not a finite float64"):
+        load_case(suite / f"{ONE}.npz")
+
+
+def _set_npz_value_without_index(d, value) -> None:
+    doc = _npz_doc(d)
+    doc["outputs"]["encoding"]["data"][3] = value
+    (d / f"{ONE}.npz").write_bytes(fmt.case_npz_bytes(doc))
+
+
+@pytest.mark.parametrize("value", NON_FINITE, ids=repr)
+def test_assert_golden_passes_nothing_at_a_non_finite_expected_position(small_suite, value):
+    """Even for a GoldenCase built by hand (load_case refuses such a file): the bound abs + rel * |e| is then
+    NaN or infinite, and no value may pass under it."""
+    case = load_case(small_suite / f"{ONE}.npz")
+    expected = case.outputs["encoding"].copy()
+    expected.flat[3] = value
+    tampered = dataclasses.replace(case, outputs={"encoding": expected})
+    where = re.escape(str(tuple(map(int, np.unravel_index(3, expected.shape)))))
+    for actual in (case.outputs["encoding"], expected):  # the right value, and the non-finite one itself
+        with pytest.raises(AssertionError, match=rf"1 of \d+ values outside tolerance.*first at {where}"):
+            assert_golden(actual, tampered)
+    assert_golden(case.outputs["encoding"], case)  # the untampered case passes the same values
+
+
 # --------------------------------------------------------------------------- the report cannot be spoofed
 
 def test_control_characters_are_escaped_in_the_report(suite, capsys):
@@ -238,7 +324,6 @@ def _all_files(d):
     return sorted(p.name for p in d.iterdir())
 
 
-@settings(max_examples=30)
 @given(data=st.data())
 def test_any_single_byte_edit_is_reported(small_suite, tmp_path_factory, data):
     d = copy_suite(small_suite, tmp_path_factory.mktemp("edit") / "s")
@@ -282,7 +367,6 @@ def json_suite(tmp_path_factory):
     return out
 
 
-@settings(max_examples=30)
 @given(data=st.data())
 def test_any_single_value_edit_with_recomputed_digests_is_reported(json_suite, tmp_path_factory, data):
     """What an attacker (or a careless script) can do: change one value and rewrite every digest.

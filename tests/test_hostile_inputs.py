@@ -11,7 +11,7 @@ inf with a warning.
 
 Data arrays (``x``, ``q``, ``k``, ``v``, logits, gradients, and the ``scale`` or ``dloss`` that
 multiplies them: declared per entry) are not range checked: NaN and inf in them propagate (IEEE), so when such an argument holds non-finite or
-extreme (> 1e150) values the result need not be finite and warnings are tolerated. Every other
+extreme (> 1e150, or integers past 2**53) values the result need not be finite and warnings are tolerated. Every other
 argument (sizes, frequencies, factors, positions, tolerances) must be validated.
 
 Bounded: 15 derandomised examples per entry and tiny arrays, so the module takes seconds. For
@@ -41,6 +41,7 @@ from posenc_np import (
     layers,
     optim,
     positions,
+    precision,
     relative,
     rope,
     rope_scaling,
@@ -208,6 +209,9 @@ def _model():
 
 
 FREQS = rope.inv_freq(8)[0]
+SETUP = rope_scaling.parse_scaling(8, base=1e4, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                        "original_max_position_embeddings": 16},
+                                 max_position_embeddings=64)
 COS, SIN = rope.cos_sin(np.arange(3), FREQS)
 SCALING = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
 Q = arr(1, 2, 3, 4)
@@ -299,6 +303,49 @@ ENTRIES = [
     Entry("rope.llama3_bands", rope.llama3_bands,
           {"dim": 8, "base": 5e5, "scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+    # precision lab (the emulations refuse what float32 cannot hold; data values propagate)
+    Entry("precision.llama_cpp_cos_sin", precision.llama_cpp_cos_sin,
+          {"positions": np.arange(3), "dim": 8, "base": 1e4, "freq_scale": 0.5, "freq_factors": np.ones(4),
+           "attention_factor": 1.5}, lambda kw, r: [np.shape(kw["positions"]) + (kw["dim"] // 2,)] * 2),
+    Entry("precision.to_bfloat16", precision.to_bfloat16, {"x": arr(2, 3)}, lambda kw, r: np.shape(kw["x"]),
+          data=("x",)),
+    Entry("precision.round_to", precision.round_to, {"x": arr(2, 3), "dtype": "float32"},
+          lambda kw, r: np.shape(kw["x"]), data=("x",)),
+    Entry("precision.stored", precision.stored, {"x": arr(2, 3), "dtype": "bfloat16"},
+          lambda kw, r: np.shape(kw["x"]), data=("x",)),
+    Entry("precision.rotate", precision.rotate, {"a": arr(3, 4), "b": arr(3, 4), "c": arr(3, 4), "s": arr(3, 4),
+                                                 "dtype": "bfloat16"},
+          lambda kw, r: [np.broadcast_shapes(*(np.shape(kw[n]) for n in "abcs"))] * 2,
+          data=("a", "b", "c", "s")),
+    Entry("precision.hf_cos_sin", precision.hf_cos_sin,
+          {"positions": np.arange(3), "inv_freq": FREQS, "attention_factor": 1.5, "inv_freq_dtype": "float32",
+           "position_dtype": "float32", "angle_dtype": "float32", "table_dtype": "bfloat16"},
+          lambda kw, r: [np.shape(kw["positions"]) + np.shape(kw["inv_freq"])] * 2),
+    Entry("precision.meta_freqs_cis", precision.meta_freqs_cis, {"positions": np.arange(3), "inv_freq": FREQS},
+          lambda kw, r: np.shape(kw["positions"]) + np.shape(kw["inv_freq"])),
+    Entry("precision.read_hf_config", precision.read_hf_config,
+          {"source": {"hidden_size": 64, "num_attention_heads": 8, "rope_theta": 1e4,
+                      "rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "seq_len": 16, "layer_type": None}),
+    Entry("precision.recipe_names", precision.recipe_names, {"dtype": "float16", "setup": SETUP}),
+    Entry("precision.describe", precision.describe, {"setup": SETUP}),
+    Entry("precision.hf_inv_freq", precision.hf_inv_freq, {"setup": SETUP}, lambda kw, r: [(4,), ()]),
+    Entry("precision.exact_tables", precision.exact_tables, {"setup": SETUP, "positions": np.arange(3)},
+          lambda kw, r: [np.shape(kw["positions"]) + (4,)] * 4),
+    Entry("precision.recipe_tables", precision.recipe_tables,
+          {"recipe": "meta-complex64>bfloat16", "setup": SETUP, "positions": np.arange(3)},
+          lambda kw, r: [np.shape(kw["positions"]) + (4,)] * 2),
+    Entry("precision.table_error", precision.table_error,
+          {"recipe": "hf-float32>bfloat16", "setup": SETUP, "positions": np.arange(3)},
+          lambda kw, r: np.shape(kw["positions"])),
+    Entry("precision.apply_error", precision.apply_error,
+          {"recipe": "meta-complex64>float32", "setup": SETUP, "x": arr(3, 8), "positions": np.arange(3)},
+          lambda kw, r: np.shape(kw["positions"]), data=("x",)),
+    Entry("precision.logit_error", precision.logit_error,
+          {"recipe": "hf-float32>float32", "setup": SETUP, "q": arr(3, 8), "k": arr(3, 8),
+           "query_positions": np.arange(3), "key_positions": np.arange(3)}, lambda kw, r: (3,), data=("q", "k")),
+    Entry("precision.invariance_breakage", precision.invariance_breakage,
+          {"recipe": "float32-split", "setup": SETUP, "shifts": np.array([0, 7]), "window": 4, "seed": 0},
+          lambda kw, r: (np.size(kw["shifts"]),)),
     Entry("rope.yarn_correction_dim", rope.yarn_correction_dim,
           {"num_rotations": 32.0, "dim": 64, "base": 1e4, "original_max_position_embeddings": 4096}),
     Entry("rope.yarn_correction_range", rope.yarn_correction_range,
@@ -311,8 +358,8 @@ ENTRIES = [
     Entry("alibi.slopes", alibi.slopes, {"num_heads": 6, "max_bias": 8.0}, lambda kw, r: (kw["num_heads"],)),
     Entry("alibi.bias", alibi.bias,
           {"num_heads": 2, "q_len": 3, "k_len": 4, "form": "symmetric", "slopes": np.array([0.5, 0.25]),
-           "q_offset": 1, "dtype": np.float32},
-          lambda kw, r: (kw["num_heads"], kw["q_len"], kw["q_len"] + kw["q_offset"] if kw["k_len"] is None
+           "query_offset": 1, "dtype": np.float32},
+          lambda kw, r: (kw["num_heads"], kw["q_len"], kw["q_len"] + kw["query_offset"] if kw["k_len"] is None
                          else kw["k_len"])),
     Entry("alibi.attention", alibi.attention,
           {"q": Q, "k": Q, "v": Q, "slopes": np.array([0.5, 0.25]), "causal": True, "scale": 0.5,
@@ -506,12 +553,9 @@ ENTRIES = [
     Entry("kernels.rope_apply", kernels.rope_apply,
           {"x": arr(2, 3, 8), "cos": COS, "sin": SIN, "layout": "interleaved", "inverse": True, "out": None},
           lambda kw, r: np.shape(kw["x"]), data=("x", "cos", "sin")),  # the fast path does not check table values
-    Entry("kernels.rope_apply_angles", kernels.rope_apply_angles,
-          {"x": arr(2, 3, 8), "positions": np.arange(3), "inv_freq": FREQS, "layout": "half",
-           "attention_factor": 1.0, "inverse": False, "out": None}, lambda kw, r: np.shape(kw["x"]), data=("x",)),
     Entry("kernels.alibi_attention_forward", lambda **kw: kernels.alibi_attention_forward(**kw)[0],  # (lse = -inf
           # is the documented value of a fully masked row)
-          {"q": Q, "k": Q, "v": Q, "slopes": np.array([0.5, 0.25]), "causal": True, "scale": 0.5, "q_offset": 2},
+          {"q": Q, "k": Q, "v": Q, "slopes": np.array([0.5, 0.25]), "causal": True, "scale": 0.5, "query_offset": 2},
           data=("q", "k", "v", "scale")),
     # relative: KERPLE and Sandwich
     Entry("relative.kerple_bias", relative.kerple_bias,
@@ -581,6 +625,8 @@ def _extreme(value) -> bool:
         return False
     if a.dtype.kind == "O":
         return True
+    if a.dtype.kind in "iu" and a.size:  # integers past float64's exact range: huge once they are floats
+        return bool(np.max(np.abs(a.astype(np.float64))) > 2.0**53)
     if a.dtype.kind not in "fc" or a.size == 0:
         return False
     with np.errstate(all="ignore"):
@@ -607,6 +653,7 @@ def _check(entry: Entry, kw: dict) -> None:
             f"{entry.name} returned shape {got}, expected {want}, for {kw!r}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 @settings(max_examples=int(os.environ.get("SWEEP_EXAMPLES", "15")))
 @given(data=st.data())

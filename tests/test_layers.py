@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc_np import layers
+from posenc_np import fused, layers
 from posenc_np.testing import gradcheck
 
 
@@ -58,10 +58,10 @@ def test_linear_seeded_init_and_dtype():
     np.testing.assert_array_equal(a.params["bias"], 0)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
-def test_layernorm_forward_and_gradcheck(backend):
+@pytest.mark.parametrize("ops", [fused.NUMPY, fused.NUMBA], ids=lambda o: o.backend)
+def test_layernorm_forward_and_gradcheck(ops):
     rng = np.random.default_rng(1)
-    ln = layers.LayerNorm(6, eps=1e-5, dtype=np.float64, backend=backend)
+    ln = ops.LayerNorm(6, eps=1e-5, dtype=np.float64)
     ln.params["gamma"] = rng.standard_normal(6)
     ln.params["beta"] = rng.standard_normal(6)
     x = 3.0 + 2.0 * rng.standard_normal((4, 6))
@@ -82,9 +82,9 @@ def test_layernorm_unit_gain_normalises():
     np.testing.assert_allclose(y.var(-1), 1, atol=1e-3)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "numba"])
+@pytest.mark.parametrize("ops", [fused.NUMPY, fused.NUMBA], ids=lambda o: o.backend)
 @pytest.mark.parametrize("approximate", ["tanh", "none"])
-def test_gelu_forward_formula_and_gradcheck(approximate, backend):
+def test_gelu_forward_formula_and_gradcheck(approximate, ops):
     x = np.linspace(-6, 6, 61)
     y = layers.gelu(x, approximate=approximate)
     if approximate == "none":
@@ -92,14 +92,14 @@ def test_gelu_forward_formula_and_gradcheck(approximate, backend):
     else:
         want = [0.5 * v * (1 + math.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))) for v in x]
     np.testing.assert_allclose(y, want, rtol=1e-13, atol=1e-15)
-    g = layers.GELU(approximate=approximate, backend=backend)
+    g = ops.GELU(approximate=approximate)
     np.testing.assert_allclose(g.forward(x), want, rtol=1e-13, atol=1e-15)
-    layer_gradcheck(layers.GELU(approximate=approximate, backend=backend), x.reshape(61, 1) * 0.9 + 0.01)
+    layer_gradcheck(ops.GELU(approximate=approximate), x.reshape(61, 1) * 0.9 + 0.01)
     # the stateless pair agrees with the layer (the kernel with the NumPy pair where 1 + tanh(u)
     # has not cancelled yet: tests/test_kernels_layers.py compares it with mpmath everywhere)
     dy = np.cos(x)
-    tol = 1e-15 if backend == "numpy" or approximate == "none" else 1e-13
-    keep = np.abs(x) <= (6 if backend == "numpy" else 3)
+    tol = 1e-15 if ops is fused.NUMPY or approximate == "none" else 1e-13
+    keep = np.abs(x) <= (6 if ops is fused.NUMPY else 3)
     np.testing.assert_allclose(layers.gelu_backward(dy, x, approximate=approximate)[keep], g.backward(dy)[keep],
                                rtol=tol)
 
@@ -197,3 +197,17 @@ def test_embedding_gradient_matches_add_at_for_many_ids():
     emb.forward(np.zeros((0, 3), dtype=int))
     emb.backward(np.zeros((0, 3, 6)))
     np.testing.assert_array_equal(emb.grads["weight"], 0)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_takes_a_number_and_a_0d_array(approximate):
+    """A scalar was a TypeError ("return arrays must be of ArrayType") from the in-place arithmetic."""
+    x = 1.25
+    phi = 0.5 * (1 + math.erf(x / math.sqrt(2))) if approximate == "none" else \
+        0.5 * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    for arg in (x, np.array(x)):
+        y = layers.gelu(arg, approximate=approximate)
+        assert np.shape(y) == () and float(y) == pytest.approx(x * phi, rel=1e-15)
+        dx = layers.gelu_backward(2.0, arg, approximate=approximate)  # (dy, x)
+        assert np.shape(dx) == () and float(dx) == float(layers.gelu_backward(np.array([2.0]), np.array([x]),
+                                                                              approximate=approximate)[0])

@@ -42,8 +42,8 @@ def test_every_grid_of_the_package_is_this_one(q_len, k_len):
     np.testing.assert_array_equal(relative.deberta_relative_positions(q_len, k_len, query_offset=0),
                                   -positions.relative_positions(q_len, k_len, alignment="top-left"))
     m = alibi.slopes(2)[:, None, None]
-    np.testing.assert_array_equal(alibi.bias(2, q_len, k_len, q_offset=k_len - q_len), m * r)
-    np.testing.assert_array_equal(alibi.bias(2, q_len, k_len, form="symmetric", q_offset=k_len - q_len),
+    np.testing.assert_array_equal(alibi.bias(2, q_len, k_len, query_offset=k_len - q_len), m * r)
+    np.testing.assert_array_equal(alibi.bias(2, q_len, k_len, form="symmetric", query_offset=k_len - q_len),
                                   -m * np.abs(r) + 0.0)
 
 

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from posenc_np import precision as P
-from posenc_np import rope
+from posenc_np import rope, rope_scaling
+
+
+def _setup(head_dim, base=10000.0, scaling=None, max_position_embeddings=None, seq_len=None):
+    """A RoPE configuration (the one type, :class:`posenc_np.rope_scaling.Scaling`)."""
+    return rope_scaling.parse_scaling(head_dim, base=base, scaling=scaling,
+                                      max_position_embeddings=max_position_embeddings, seq_len=seq_len)
 
 F32 = np.float32
 
@@ -34,12 +40,12 @@ def test_bfloat16_rounding_is_nearest_even_on_the_bit_pattern():
 
 
 def test_hf_inv_freq_hand_case_and_float32_steps():
-    inv, emulated = P.hf_inv_freq(P.RopeSetup(8, 10000.0))
+    inv, emulated = P.hf_inv_freq(_setup(8, 10000.0))
     # 10000 ** (f32(2)/8) = 10 exactly, ** 0.5 = 100, ** 0.75 = 1000: 1/x in float32
     np.testing.assert_array_equal(inv, np.array([1.0, 0.1, 0.01, 0.001], dtype=F32))
     assert emulated and inv.dtype == F32
     # d=128: transformers' expression, one float32 operation at a time
-    inv, _ = P.hf_inv_freq(P.RopeSetup(128, 500000.0))
+    inv, _ = P.hf_inv_freq(_setup(128, 500000.0))
     expo = np.arange(0, 128, 2, dtype=np.int64).astype(F32) / F32(128)
     powed = (np.float64(F32(500000.0)) ** expo.astype(np.float64)).astype(F32)  # float32 pow, correctly rounded
     np.testing.assert_array_equal(inv, F32(1.0) / powed)
@@ -51,8 +57,8 @@ def test_hf_inv_freq_hand_case_and_float32_steps():
 def test_hf_inv_freq_llama3_steps_and_bands():
     sc = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 8192}
-    inv, emulated = P.hf_inv_freq(P.RopeSetup(128, 500000.0, sc))
-    plain, _ = P.hf_inv_freq(P.RopeSetup(128, 500000.0))
+    inv, emulated = P.hf_inv_freq(_setup(128, 500000.0, sc))
+    plain, _ = P.hf_inv_freq(_setup(128, 500000.0))
     wavelen = F32(2 * math.pi) / plain
     kept, divided = wavelen < F32(8192 / 4.0), wavelen > F32(8192 / 1.0)
     assert (kept.sum(), divided.sum()) == (29, 29) and emulated  # LLaMA-3.1: 29 kept, 6 blended, 29 divided
@@ -67,18 +73,18 @@ def test_hf_inv_freq_llama3_steps_and_bands():
 
 def test_hf_inv_freq_yarn_and_unemulated_types():
     sc = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
-    inv, emulated = P.hf_inv_freq(P.RopeSetup(128, 10000.0, sc))
+    inv, emulated = P.hf_inv_freq(_setup(128, 10000.0, sc))
     exact = np.asarray(rope.inv_freq(128, scaling=sc)[0])
     assert emulated and np.abs(inv / exact - 1).max() < 1e-6
     assert inv[0] == F32(1.0) and inv[-1] == F32(1.0) / (F32(4.0) * (np.float64(10000) ** (F32(126) / F32(128))).astype(F32))
-    inv, emulated = P.hf_inv_freq(P.RopeSetup(64, 10000.0, {"rope_type": "ntk", "alpha": 2.0}))
+    inv, emulated = P.hf_inv_freq(_setup(64, 10000.0, {"rope_type": "ntk", "alpha": 2.0}))
     assert not emulated
     np.testing.assert_array_equal(inv, np.asarray(rope.inv_freq(64, scaling={"rope_type": "ntk", "alpha": 2.0})[0],
                                                   dtype=np.float64).astype(F32))
 
 
 def test_hf_cos_sin_float32_steps_and_position_rounding():
-    inv, _ = P.hf_inv_freq(P.RopeSetup(8, 10000.0))
+    inv, _ = P.hf_inv_freq(_setup(8, 10000.0))
     pos = np.array([0, 3, 2 ** 24 + 1])
     c, s = P.hf_cos_sin(pos, inv)
     angles = pos.astype(F32)[:, None] * inv  # position_ids.float(), then the one-term matmul
@@ -101,7 +107,7 @@ def test_hf_cos_sin_float32_steps_and_position_rounding():
 def test_gpt_neox_float16_cache_reproduces_the_published_0_78():
     """EleutherAI/gpt-neox#1003: dim 32, 2048 positions, cache built in float16; emb[1857, 1] is 1045
     instead of 1044.2678 and the largest cos difference to the float32 cache is 0.7819."""
-    inv, _ = P.hf_inv_freq(P.RopeSetup(32, 10000.0))
+    inv, _ = P.hf_inv_freq(_setup(32, 10000.0))
     pos = np.arange(2048)
     cf, _ = P.hf_cos_sin(pos, inv)
     ch, _ = P.hf_cos_sin(pos, inv, inv_freq_dtype="float16", position_dtype="float16", angle_dtype="float16",
@@ -112,7 +118,7 @@ def test_gpt_neox_float16_cache_reproduces_the_published_0_78():
 
 
 def test_meta_freqs_cis_is_the_float32_angle_as_complex64():
-    inv, _ = P.hf_inv_freq(P.RopeSetup(16, 10000.0))
+    inv, _ = P.hf_inv_freq(_setup(16, 10000.0))
     pos = np.array([0, 1, 5000, 123457])
     z = P.meta_freqs_cis(pos, inv)
     c, s = P.hf_cos_sin(pos, inv)
@@ -133,7 +139,7 @@ def test_llama_cpp_recurrence_steps():
         theta = theta * theta_scale
     # the recurrence is not HF's product: pair 2 of position 3 is (3 * 0.1f) * 0.1f, not 3 * 0.01f
     assert F32(F32(3) * F32(0.1)) * F32(0.1) != F32(3) * F32(0.01)
-    hf, _ = P.hf_cos_sin(pos, P.hf_inv_freq(P.RopeSetup(8, 10000.0))[0])
+    hf, _ = P.hf_cos_sin(pos, P.hf_inv_freq(_setup(8, 10000.0))[0])
     assert not np.array_equal(c, hf)
 
 
@@ -149,7 +155,7 @@ def test_rotation_rounds_every_operation():
 def test_published_failure_and_library_float32_bound():
     """HF float32 recipe: table error above 1e-2 past 128k positions (base 1e4); this library's
     float32 tables stay below 6e-8 at 10^7."""
-    setup = P.RopeSetup(128, 10000.0)
+    setup = _setup(128, 10000.0)
     rng = np.random.default_rng(1)
     past = np.r_[131072, rng.integers(131072, 262144, 64)]
     assert P.table_error("hf-float32>float32", setup, past).max() > 1e-2
@@ -161,7 +167,7 @@ def test_published_failure_and_library_float32_bound():
 
 
 def test_apply_logit_and_invariance_measurements():
-    setup = P.RopeSetup(64, 10000.0)
+    setup = _setup(64, 10000.0)
     rng = np.random.default_rng(2)
     pos = np.array([5, 70000, 9_000_000])
     x = rng.standard_normal((3, 64))
@@ -180,16 +186,25 @@ def test_apply_logit_and_invariance_measurements():
     assert 1e-3 < floor.min() and floor.max() < 0.1  # a constant floor when the angle is right
     with pytest.raises(ValueError, match="unknown recipe"):
         P.table_error("hf-float64", setup, pos)
+    assert P.invariance_breakage("exact-float32", setup, []).shape == (0,)  # no shifts: none measured
+
+
+def test_a_report_below_the_first_shift_has_no_invariance_rows():
+    """max_position < 31 leaves no shift to measure: it was a TypeError (an empty list is float64)."""
+    from posenc_np.precision_report import report
+
+    doc = report(_setup(8), "float32", 8)
+    assert doc["max_position"] == 8 and doc["recipes"] and all(r["invariance"] == [] for r in doc["recipes"])
 
 
 def test_every_recipe_runs_for_every_dtype():
-    setup = P.RopeSetup(16, 10000.0, {"rope_type": "linear", "factor": 2.0})
+    setup = _setup(16, 10000.0, {"rope_type": "linear", "factor": 2.0})
     pos = np.array([0, 1, 40000])
     for dtype in P.DTYPES:
         for name in P.recipe_names(dtype, setup):
             err = P.table_error(name, setup, pos)
             assert err.shape == (3,) and err[0] < 2e-2, (dtype, name)
-    yarn = P.RopeSetup(16, 10000.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
+    yarn = _setup(16, 10000.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})
     assert not any(n.startswith("llama.cpp") for n in P.recipe_names("float32", yarn))
     # float16 positions overflow to inf above 65504: an infinite error, not a crash or a NaN
     assert P.table_error("angles-float16", setup, np.array([70000]))[0] == np.inf
@@ -206,16 +221,16 @@ def test_read_hf_config(tmp_path):
     assert (setup.head_dim, setup.base, setup.rope_type, setup.max_position_embeddings) == (128, 5e5, "llama3", 131072)
     neox = P.read_hf_config({"hidden_size": 512, "num_attention_heads": 8, "rope_theta": 10000,
                              "partial_rotary_factor": 0.25, "max_position_embeddings": 2048})
-    assert neox.describe()["rotary_dim"] == 16
+    assert P.describe(neox)["rotary_dim"] == 16
     v5 = P.read_hf_config({"head_dim": 64, "hidden_size": 1, "num_attention_heads": 1,
                            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
-    assert (v5.base, v5.scaling, v5.pairs) == (1e6, None, 32)
+    assert (v5.base, v5.scaling, v5.rotary_dim // 2) == (1e6, None, 32)
     phi3 = P.read_hf_config({"hidden_size": 3072, "num_attention_heads": 32, "rope_theta": 10000.0,
                              "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
                              "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48,
                                               "long_factor": [2.0] * 48}})
     assert phi3.scaling["original_max_position_embeddings"] == 4096
-    assert phi3.describe()["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    assert P.describe(phi3)["attention_factor"] == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA31))
     assert P.read_hf_config(path).rope_type == "llama3"

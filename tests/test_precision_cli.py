@@ -7,8 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from posenc_np import cli
+from posenc_np import cli, precision_report, rope_scaling
 from posenc_np import precision as P
+
+
+def _setup(head_dim, base=10000.0, scaling=None, max_position_embeddings=None, seq_len=None):
+    """A RoPE configuration (the one type, :class:`posenc_np.rope_scaling.Scaling`)."""
+    return rope_scaling.parse_scaling(head_dim, base=base, scaling=scaling,
+                                      max_position_embeddings=max_position_embeddings, seq_len=seq_len)
+
 
 QUICK = ["precision", "--head-dim", "32", "--max-position", "20000", "--scan-limit", "8192", "--table-threshold", "1e-4",
          "--no-progress"]
@@ -34,12 +41,12 @@ def test_quick_report_files_and_first_crossing(tmp_path, capsys):
     data = json.loads((tmp_path / "precision.json").read_text())
     assert data["tool"] == "posenc-np precision" and set(data["files"]) == {"precision.md", "precision.png"}
     recipes = {r["name"]: r for r in data["recipes"]}
-    assert set(recipes) == set(P.recipe_names("float32", P.RopeSetup(32)))
+    assert set(recipes) == set(P.recipe_names("float32", _setup(32)))
     assert recipes["exact-float32"]["first"]["table"]["how"] == "never"
     first = recipes["hf-float32>float32"]["first"]["table"]
     assert first["how"] == "scan"
     # the named position is past the threshold and no earlier position is (checked independently)
-    errs = P.table_error("hf-float32>float32", P.RopeSetup(32, seq_len=20000), np.arange(first["position"] + 1))
+    errs = P.table_error("hf-float32>float32", _setup(32, seq_len=20000), np.arange(first["position"] + 1))
     assert errs[-1] > 1e-4 and errs[:-1].max() <= 1e-4
     md = (tmp_path / "precision.md").read_text()
     assert "| `hf-float32>float32` |" in md and f"**{first['position']:,}**" in md
@@ -74,6 +81,8 @@ def test_bad_input_is_one_error_line(tmp_path, capsys):
         ["--head-dim", "31"],
     ]
     cases.append(["--head-dim", "32", "--scan-limit", "-1"])
+    cases.append(["--head-dim", str(10 ** 9)])  # the allocation rule, not a MemoryError
+    cases.append(["--head-dim", "32", "--scaling", "[" * 50000 + "]" * 50000])  # not a RecursionError
     cases.append(["--head-dim", "32", "--table-threshold", "0"])
     cfg.write_text(json.dumps({"rope_theta": 10000.0, "head_dim": "abc"}))
     for args in cases:
@@ -120,3 +129,41 @@ def test_a_128_dim_head_to_ten_million(tmp_path, capsys):
     assert rc == 0, err
     data = json.loads((tmp_path / "precision.json").read_text())
     assert data["max_position"] == 10_000_000 and data["recipes"]
+
+
+def test_huge_head_dim_and_deep_scaling_are_one_error_line(tmp_path, capsys):
+    deep = '{"a": ' * 20_000 + "1" + "}" * 20_000  # json.loads raised RecursionError
+    for args, match in [(["--head-dim", str(10**9)], "extended frequencies"),
+                        (["--head-dim", "32", "--scaling", deep], "--scaling nests too deeply")]:
+        rc, _, err = _run(capsys, "precision", *args, "--max-position", "100", "--out", str(tmp_path / "o"),
+                          "--no-progress")
+        assert rc == 2 and err.startswith("posenc-np: error:") and err.count("\n") == 1 and match in err, err
+
+
+def test_an_earlier_output_that_is_not_a_regular_file_is_one_error_line(tmp_path, capsys):
+    """The files an earlier report left are hashed with the bounded reader: a FIFO does not block,
+    /dev/zero is not read."""
+    import os
+
+    for name, make in (("precision.md", os.mkfifo), ("precision.png", lambda p: os.symlink("/dev/zero", p))):
+        out = tmp_path / name.replace(".", "_")
+        out.mkdir()
+        make(out / name)
+        rc, _, err = _run(capsys, *QUICK, "--out", str(out))
+        assert rc == 2 and err.count("\n") == 1 and f"{out / name}: is " in err, err
+
+
+def test_a_range_below_the_first_shift_runs_and_a_type_error_is_one_line(tmp_path, capsys, monkeypatch):
+    """--max-position 8 has no invariance shift to measure: it was a TypeError traceback."""
+    rc, _, err = _run(capsys, "precision", "--head-dim", "8", "--max-position", "8", "--out", str(tmp_path / "a"),
+                      "--no-progress")
+    assert rc == 0, err
+    assert json.loads((tmp_path / "a" / "precision.json").read_text())["max_position"] == 8
+
+    def refuse(*args, **kwargs):
+        raise TypeError("setup must be a Scaling, got str")
+
+    monkeypatch.setattr(precision_report, "invariance_breakage", refuse)  # any TypeError the library raises
+    rc, _, err = _run(capsys, "precision", "--head-dim", "8", "--max-position", "64", "--out", str(tmp_path / "b"),
+                      "--no-progress")
+    assert rc == 2 and err == "posenc-np: error: setup must be a Scaling, got str\n", err

@@ -118,7 +118,7 @@ def test_doors():
     q = RNG.standard_normal((1, 3, 4))
     with pytest.raises(ValueError, match="npos_max \\+ 1 >= 2 rows"):
         relative.cope_forward(q, q, np.zeros((1, 4)), gate_scale=1.0)
-    with pytest.raises(ValueError, match="width 3, expected 4"):
+    with pytest.raises(ValueError, match=r"rows of width 4 \(the last axis of q\), got shape \(3, 3\)"):
         relative.cope_forward(q, q, np.zeros((3, 3)), gate_scale=1.0)
     with pytest.raises(ValueError, match="scale must be > 0"):
         relative.cope_positions(q, q, gate_scale=0.0)
@@ -132,3 +132,28 @@ def test_doors():
         relative.CoPE(4, 0)
     with pytest.raises(ValueError, match="gate_scale must be finite"):
         relative.CoPE(4, 3, gate_scale=float("nan"))
+
+
+def test_zero_keys_or_queries_give_empty_terms_and_zero_gradients():
+    # issue 26: cope_forward with zero keys raised ZeroDivisionError
+    table = RNG.standard_normal((5, 4))
+    for q_len, k_len in ((3, 0), (0, 3), (0, 0)):
+        q, k = RNG.standard_normal((1, 2, q_len, 4)), RNG.standard_normal((1, 2, k_len, 4))
+        term, cache = relative.cope_forward(q, k, table, gate_scale=0.5)
+        assert term.shape == (1, 2, q_len, k_len)
+        grads = relative.cope_backward(np.ones(term.shape), cache)
+        assert grads["q"].shape == q.shape and grads["k"].shape == k.shape
+        assert not grads["q"].any() and not grads["table"].any()
+
+
+def test_a_non_finite_gate_scale_is_named():
+    # issue 26: the message named `scale`
+    q = RNG.standard_normal((1, 2, 3, 4))
+    with pytest.raises(ValueError, match="^gate_scale must be finite"):
+        relative.cope_forward(q, q, RNG.standard_normal((5, 4)), gate_scale=float("nan"))
+    with pytest.raises(ValueError, match="^gate_scale must be finite"):
+        relative.cope_positions(q, q, gate_scale=float("nan"))
+    with pytest.raises(ValueError, match="^gate_scale must be finite"):
+        relative.CoPE(4, 3, gate_scale=float("nan"))
+    with pytest.raises(ValueError, match="^scale must be finite"):  # the hook's None: the attention's scale
+        relative.CoPE(4, 3).logits(q, q, float("nan"))

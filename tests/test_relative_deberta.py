@@ -76,6 +76,7 @@ def test_log_bucket_published_structure_b256_m512():
     np.testing.assert_array_equal(got, [0, 1, -1, 127, 128, -128, 129, 130, 131, 255, -255, 256])
 
 
+@pytest.mark.slow
 def test_log_bucket_matches_rational_arithmetic_b256_m512():
     r = np.arange(-1100, 1101)
     np.testing.assert_array_equal(deberta_log_bucket_position(r, 256, 512), [exact_bucket(int(x), 256, 512) for x in r])
@@ -293,7 +294,7 @@ def test_errors():
         DebertaDisentangled(2, 4, position_buckets=256, max_relative_positions=100)
     hook = DebertaDisentangled(2, 4, max_relative_positions=4)
     x = np.zeros((1, 2, 3, 5))
-    with pytest.raises(ValueError, match=r"q must be \(\.\.\., num_heads=2, len, head_dim=4\), got shape \(1, 2, 3, 5\)"):
+    with pytest.raises(ValueError, match=r"q and k must be \(\.\.\., num_heads=2, len, head_dim=4\) .*got q \(1, 2, 3, 5\)"):
         attention.forward(x, x, x, hooks=[hook])
     with pytest.raises(ValueError, match="weight \\(num_heads\\*d, hidden\\)"):
         deberta_project_relative_embeddings(np.zeros((4, 3)), np.zeros((5, 3)), None, num_heads=2)
@@ -303,7 +304,7 @@ def test_errors():
 
 def test_golden_cases_against_oracle():
     specs = catalogue.cases(["relative.deberta.*"])
-    assert len(specs) == 12
+    assert len(specs) == 17
     for spec in specs:
         expected = runner.oracle_outputs(spec)
         actual = runner.evaluate_library(spec.encoding, spec.params, spec.inputs)

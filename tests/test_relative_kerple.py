@@ -4,6 +4,7 @@ projection of the parameters, gradchecks of the bias and through attention, erro
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from posenc_np import attention
 from posenc_np.model import ModelConfig, Transformer
 from posenc_np.relative import KerpleBias, kerple_bias, kerple_bias_backward
 from posenc_np.testing import gradcheck, gradcheck_hook
+
+from _support import naive_attention
 
 R1, R2 = np.array([0.7, 1.9, 0.05]), np.array([0.3, 1.2, 2.0])
 
@@ -38,7 +41,7 @@ def test_power_variant_at_r2_one_is_alibi_with_slopes_r1():
     from posenc_np import alibi
 
     np.testing.assert_allclose(kerple_bias(R1, np.ones(3), 4, 6, variant="power"),
-                               alibi.bias(3, 4, 6, form="symmetric", slopes=R1, q_offset=2), rtol=1e-15)
+                               alibi.bias(3, 4, 6, form="symmetric", slopes=R1, query_offset=2), rtol=1e-15)
 
 
 @pytest.mark.parametrize("variant", ["log", "power"])
@@ -99,6 +102,7 @@ def test_hook_adds_the_bias_in_attention():
     out, _ = attention.forward(q, k, v, causal=True, hooks=[hook])
     ref, _ = attention.forward(q, k, v, causal=True, bias=hook.bias(4, 4))
     np.testing.assert_allclose(out, ref, rtol=1e-13)
+    np.testing.assert_allclose(out, naive_attention(q, k, v, bias=hook.bias(4, 4), causal=True), rtol=1e-12, atol=1e-13)
 
 
 def test_model_trains_the_per_layer_parameters():
@@ -135,3 +139,17 @@ def test_backward_errors():
     hook.params["r1"] = np.array([1.0, np.nan])
     with pytest.raises(ValueError, match="finite"):
         hook.bias(2, 2)
+
+
+@pytest.mark.parametrize("variant, r1, r2, dtype", [("log", 1e308, 1.0, np.float64), ("log", 1.0, 1e308, np.float64),
+                                                    ("power", 1e30, 2.0, np.float32)])
+def test_overflowing_parameters_are_refused(variant, r1, r2, dtype):
+    # issue 26: kerple_bias(r1=1e308) returned -inf with a NumPy RuntimeWarning
+    r1, r2 = np.array([r1], dtype), np.array([r2], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=rf"r1 and r2 make the KERPLE bias overflow {np.dtype(dtype)}"):
+            kerple_bias(r1, r2, 16, 10**5 if dtype == np.float32 else 16, variant=variant)
+        with pytest.raises(ValueError, match="overflow"):
+            kerple_bias_backward(np.ones((1, 16, 10**5 if dtype == np.float32 else 16)), r1, r2, variant=variant)
+    assert np.isfinite(kerple_bias(np.array([1e307]), np.array([1.0]), 2, 2)).all()  # large but finite: computed

@@ -81,3 +81,11 @@ def test_errors_name_the_argument(kw, match):
     args = {"num_heads": 2, "q_len": 2, "k_len": 3, "dim": 8, "compression": "alibi", **kw}
     with pytest.raises(ValueError, match=match):
         sandwich_bias(**args)
+
+
+def test_dim_has_the_allocation_bound():
+    # issue 26: sandwich_bias(dim=2**40) ran out of memory for empty lengths; the hook accepted it
+    for call in (lambda: sandwich_bias(2, 0, 0, dim=2**40), lambda: sandwich_bias(2, 4, 4, dim=2**40),
+                 lambda: SandwichBias(2, dim=2**40)):
+        with pytest.raises(ValueError, match=r"dim must be an integer <= 1073741824"):
+            call()

@@ -8,14 +8,15 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from posenc_np import attention
 from posenc_np.relative import T5RelativeBias, t5_bias, t5_bias_backward, t5_relative_position_bucket, \
     t5_relative_positions
 from posenc_np.testing import gradcheck, gradcheck_hook
 
-SETTINGS = settings(deadline=None, max_examples=40)
+from _support import naive_attention
+
 I64 = np.iinfo(np.int64)
 
 
@@ -52,25 +53,6 @@ def bucket_t5_expression(rel: int, bidirectional: bool, num_buckets: int, max_di
     f = np.dtype(dtype).type
     v = np.log(f(n) / f(e)) / f(math.log(max_distance / e)) * f(half - e)
     return offset + min(e + int(v), half - 1)
-
-
-def naive_attention(q, k, v, scale, bias, causal):
-    """Explicit loops: softmax_j(scale q_i.k_j + bias[h, i, j]) over kept keys, times v."""
-    heads, q_len, _ = q.shape[-3:]
-    k_len = k.shape[-2]
-    out = np.zeros(q.shape[:-1] + (v.shape[-1],))
-    for lead in np.ndindex(*q.shape[:-3]):
-        for h in range(heads):
-            for i in range(q_len):
-                keep = [j for j in range(k_len) if not causal or j <= i + k_len - q_len]
-                s = [scale * sum(q[lead + (h, i, c)] * k[lead + (h, j, c)] for c in range(q.shape[-1]))
-                     + bias[h, i, j] for j in keep]
-                m = max(s)
-                w = [math.exp(x - m) for x in s]
-                tot = sum(w)
-                for j, wj in zip(keep, w):
-                    out[lead + (h, i)] += wj / tot * v[lead + (h, j)]
-    return out
 
 
 # --------------------------------------------------------------------------- published points
@@ -157,7 +139,6 @@ def test_float32_boundary_differs_from_exact():
     assert t5_relative_position_bucket(-728, bidirectional=False, max_distance=939) == 30
 
 
-@SETTINGS
 @given(bidirectional=st.booleans(), half=st.integers(2, 40), extra=st.integers(1, 400), data=st.data())
 def test_matches_integer_characterisation(bidirectional, half, extra, data):
     num_buckets = 2 * half if bidirectional else half
@@ -170,7 +151,6 @@ def test_matches_integer_characterisation(bidirectional, half, extra, data):
     np.testing.assert_array_equal(got, expected)
 
 
-@SETTINGS
 @given(bidirectional=st.booleans(), half=st.integers(2, 64), extra=st.integers(1, 300))
 def test_range_monotone_and_direction(bidirectional, half, extra):
     num_buckets = 2 * half if bidirectional else half
@@ -273,7 +253,7 @@ def test_hook_matches_naive_attention(causal, scale):
     layer = T5RelativeBias(3, num_buckets=8, max_distance=6, bidirectional=not causal, init_std=1.0, seed=6)
     out, _ = attention.forward(q, k, v, causal=causal, scale=scale, hooks=[layer])
     s = 1 / math.sqrt(5) if scale is None else scale  # the bias is never multiplied by the scale
-    np.testing.assert_allclose(out, naive_attention(q, k, v, s, layer.bias(4, 11), causal), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out, naive_attention(q, k, v, scale=s, bias=layer.bias(4, 11), causal=causal), rtol=1e-12, atol=1e-12)
 
 
 def test_hook_equals_explicit_bias_argument():

@@ -6,14 +6,13 @@ formula, RoFormer's Abel bound), never from the code's own output.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc_np import rope
 from posenc_np.testing import gradcheck
 
 EPS = np.finfo(np.float64).eps
-SETTINGS = settings(deadline=None, max_examples=40)
 
 dims = st.integers(1, 16).map(lambda n: 2 * n)
 layouts = st.sampled_from(rope.LAYOUTS)
@@ -38,7 +37,6 @@ def _relative_score(q, k, r, dim, layout):
     return np.sum((qa * ka + qb * kb) * np.cos(r * w) - (qb * ka - qa * kb) * np.sin(r * w))
 
 
-@SETTINGS
 @given(dims, layouts, positions, positions, seeds)
 def test_score_depends_only_on_relative_position(dim, layout, m, n, seed):
     rng = np.random.default_rng(seed)
@@ -50,7 +48,6 @@ def test_score_depends_only_on_relative_position(dim, layout, m, n, seed):
     assert abs(got - expected) <= tol
 
 
-@SETTINGS
 @given(dims, layouts, st.lists(positions, min_size=1, max_size=6), seeds)
 def test_norm_preserved(dim, layout, pos, seed):
     x = np.random.default_rng(seed).standard_normal((3, len(pos), dim + 2))  # 2 pass-through channels
@@ -58,7 +55,6 @@ def test_norm_preserved(dim, layout, pos, seed):
     np.testing.assert_allclose(np.linalg.norm(y, axis=-1), np.linalg.norm(x, axis=-1), rtol=8 * dim * EPS)
 
 
-@SETTINGS
 @given(dims, layouts, st.lists(positions, min_size=1, max_size=5), seeds)
 def test_backward_is_inverse_rotation(dim, layout, pos, seed):
     x = np.random.default_rng(seed).standard_normal((len(pos), dim))
@@ -77,7 +73,6 @@ def test_backward_is_exact_vjp(layout, width, dim, factor):
               lambda g, x: {"x": rope.apply_backward(g, cos, sin, layout=layout)}, {"x": x}, max_entries=None)
 
 
-@SETTINGS
 @given(st.integers(1, 8).map(lambda n: 2 * n), st.integers(1, 3), seeds)
 def test_half_and_interleaved_scores_agree_after_convert_layout(head_dim, heads, seed):
     rng = np.random.default_rng(seed)
@@ -109,7 +104,6 @@ def test_convert_layout_matches_hf_permute_rows():
     np.testing.assert_array_equal(part[:, 0], [0, 2, 1, 3, 4, 5, 6, 8, 7, 9, 10, 11])
 
 
-@SETTINGS
 @given(dims, st.lists(positions, min_size=1, max_size=5), seeds)
 def test_interleaved_equals_complex_form(dim, pos, seed):
     x = np.random.default_rng(seed).standard_normal((len(pos), dim))
@@ -120,7 +114,6 @@ def test_interleaved_equals_complex_form(dim, pos, seed):
     np.testing.assert_allclose(got, expected, atol=8 * EPS * (np.abs(pos).max() + 1) * np.abs(x).max())
 
 
-@SETTINGS
 @given(st.sampled_from([16, 64, 128]), st.floats(-20000, 20000), seeds)
 def test_roformer_abel_bound(dim, r, seed):
     """|sum_i h_i e^{i r theta_i}| <= max_i |h_{i+1} - h_i| * sum_j |S_j| (h_n = 0)."""
@@ -192,7 +185,7 @@ def test_dtype_float32_in_float32_out_angles_in_float64():
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_backends(layout):
-    from posenc_np.kernels import ROPE_NUMBA_MIN_ELEMENTS
+    from posenc_np._backend import ROPE_NUMBA_MIN_ELEMENTS
 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((3, 10))

@@ -1,6 +1,7 @@
 """RoPE frequency scaling: published test points, each formula, dict handling, bad input, and
 what a KV cache holds across the dynamic-NTK / LongRoPE switch-over."""
 
+import inspect
 import math
 
 import mpmath
@@ -132,8 +133,11 @@ def test_rope_theta_in_dict():
     np.testing.assert_array_equal(rope.inv_freq(16, scaling=sc)[0], rope.inv_freq(16, base=5e5)[0])
     np.testing.assert_array_equal(rope.inv_freq(16, base=5e5, scaling=sc)[0], rope.inv_freq(16, base=5e5)[0])
     with pytest.raises(ValueError, match="disagrees"):
-        rope.inv_freq(16, base=10000.0, scaling=sc)
-    assert repr(rope_scaling.DEFAULT_BASE) == "10000.0"
+        rope.inv_freq(16, base=10000.0, scaling=sc)  # passed explicitly, even at the default value
+    # not passed (None): 10000, unless the dict carries rope_theta
+    assert inspect.signature(rope.inv_freq).parameters["base"].default is None
+    np.testing.assert_array_equal(rope.inv_freq(16, base=None)[0], rope.inv_freq(16, base=rope_scaling.DEFAULT_BASE)[0])
+    assert rope_scaling.parse_scaling(16, scaling=sc).base == 5e5 and rope_scaling.parse_scaling(16).base == 1e4
 
 
 def test_partial_rotary_factor_makes_dim_the_head_dim():
@@ -161,7 +165,7 @@ def test_mrope_legacy_type_is_default_frequencies():
     ({"dim": 8, "scaling": {"rope_type": "linear", "type": "dynamic", "factor": 2.0}}, "must agree"),
     ({"dim": 10, "scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}},
      r"int\(10 \* 0.5\) = 5 must be even"),
-    ({"dim": 8, "scaling": {"rope_type": "default", "partial_rotary_factor": 1.5}}, r"\(0, 1\]"),
+    ({"dim": 8, "scaling": {"rope_type": "default", "partial_rotary_factor": 1.5}}, r"factor.\] must be <= 1.0"),
     ({"dim": 8, "scaling": {"rope_type": "dynamic", "factor": 2.0}}, "needs the max_position_embeddings"),
     ({"dim": 2, "scaling": {"rope_type": "ntk", "alpha": 2.0}}, "dim must be > 2"),
     ({"dim": 8, "scaling": {"rope_type": "ntk", "alpha": 0.0}}, "must be > 0"),
@@ -171,11 +175,11 @@ def test_mrope_legacy_type_is_default_frequencies():
                             "mscale": -1.0, "mscale_all_dim": 1.0}}, "must be >= 0"),
     ({"dim": 8, "scaling": {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64,
                             "beta_fast": -32.0}}, "beta_fast"),
-    ({"dim": 8, "scaling": {**LONGROPE}, "max_position_embeddings": 8192}, "length dim // 2 = 4"),
+    ({"dim": 8, "scaling": {**LONGROPE}, "max_position_embeddings": 8192}, r"dim // 2 = 4 finite values > 0, got shape \(8,\)"),
     ({"dim": 16, "scaling": {**LONGROPE, "short_factor": [1.0] * 7 + [-1.0]}, "max_position_embeddings": 8192},
      "finite values > 0"),
     ({"dim": 128, "scaling": {**LLAMA31, "high_freq_factor": 1.0}}, "high_freq_factor > low_freq_factor"),
-    ({"dim": 8, "scaling": {"rope_type": "proportional", "partial_rotary_factor": 1.5}}, r"\[0, 1\]"),
+    ({"dim": 8, "scaling": {"rope_type": "proportional", "partial_rotary_factor": 1.5}}, r"factor.\] must be <= 1.0"),
     ({"dim": 8, "seq_len": 0}, "seq_len must be an integer >= 1"),
 ])
 def test_bad_scaling_value_errors(kwargs, match):

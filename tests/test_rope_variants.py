@@ -3,7 +3,7 @@ properties, and their backward (apply_backward on the same tables) by gradient c
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from posenc_np import rope
@@ -33,7 +33,6 @@ def test_xpos_scale_formula_and_centres():
                                zeta ** ((pos[:, None] - 1.5) / 64), rtol=2 * EPS)
 
 
-@settings(deadline=None, max_examples=25)
 @given(st.integers(1, 40), st.sampled_from(rope.LAYOUTS), st.integers(0, 2**32 - 1))
 def test_xpos_scores_do_not_depend_on_centre(L, layout, seed):
     rng = np.random.default_rng(seed)

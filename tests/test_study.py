@@ -24,16 +24,13 @@ from posenc_np.study import (
     TrainingOption,
     VaryingLength,
     cell_id,
-    claims,
     corpus,
     eval_windows,
     grid,
     quick_config,
     report,
     scaling_dict,
-    stats,
 )
-from posenc_np.study.stats import Interval
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -111,22 +108,23 @@ def test_training_option_registry_is_the_hook_for_new_options(monkeypatch):
 
     result = run_cell(json.loads(json.dumps(cfg.__dict__)), cells[0])
     assert result["status"] == "ok", result["error"]
-    assert seen == [("train", "alibi"), ("eval", "alibi")]
+    assert seen[0] == ("train", "alibi") and set(seen[1:]) == {("eval", "alibi")}  # fit checks and evaluation
 
 
 # --------------------------------------------------------------------------- grid
 
 def test_grid_covers_the_registry_every_option_and_seed_with_distinct_seeds():
-    cfg = StudyConfig()
+    cfg = StudyConfig(training=("fixed", "varying", "randomized"), fusions=("add", "concat", "multiply"), seeds=3)
     cells = grid(cfg, {"train_sha256": "x", "held_out_sha256": "y"})
     n_abs = sum(a.absolute for a in REGISTRY.values())
     n_rel = len(REGISTRY) - n_abs
     n_pos = sum("randomized_max_len" in e.options for e in REGISTRY.values())  # encodings that take positions
     per_task = (n_rel + 3 * n_abs) + (n_rel + n_abs) + n_pos  # fixed: every fusion; others: the first fusion
     assert sum(c["part"] == "tasks" for c in cells) == per_task * len(cfg.tasks) * 3
-    assert sum(c["part"] == "lm" for c in cells) == len(REGISTRY) * 3
+    assert sum(c["part"] == "lm" for c in cells) == len(REGISTRY) * 3 + 1  # + the n-gram baseline
+    assert [cell_id(c) for c in cells if c["encoding"] == "ngram"] == ["lm__ngram"]
     assert sum(c["part"] == "rope_scaling" for c in cells) == 3
-    assert {c["encoding"] for c in cells if c["part"] == "lm"} == set(REGISTRY)
+    assert {c["encoding"] for c in cells if c["part"] == "lm"} == set(REGISTRY) | {"ngram"}
     ids = [cell_id(c) for c in cells]
     assert len(set(ids)) == len(ids)
     task_seeds = {(c["label"], c["task"], c["seed_index"]): c["seed"] for c in cells if c["part"] == "tasks"}
@@ -241,44 +239,6 @@ def test_lm_windows_are_next_byte_pairs():
 
 # --------------------------------------------------------------------------- intervals and rankings
 
-def test_t_interval_matches_the_formula():
-    iv = stats.t_interval([1.0, 2.0, 3.0])
-    p = 0.975  # Student t quantile with 2 degrees of freedom in closed form: (2p - 1) / sqrt(2p(1 - p)) = 4.3027
-    t975_2 = (2 * p - 1) / math.sqrt(2 * p * (1 - p))
-    assert iv.mean == 2.0 and iv.n == 3
-    assert math.isclose(iv.hi - iv.mean, t975_2 * 1.0 / math.sqrt(3), rel_tol=1e-12)
-    assert math.isclose(iv.mean - iv.lo, iv.hi - iv.mean, rel_tol=1e-12)
-    one = stats.t_interval([0.5, None, float("nan")])
-    assert one == Interval(0.5, None, None, 1) and not one.known
-    assert stats.t_interval([None]) is None
-    assert stats.fmt(stats.t_interval([0.5, 0.5, 0.5])) == "0.50 [0.50, 0.50]"
-
-
-def test_tiers_cut_only_where_every_interval_separates():
-    iv = Interval
-    items = {"a": iv(0.9, 0.85, 0.95, 3), "b": iv(0.8, 0.7, 0.9, 3), "c": iv(0.5, 0.45, 0.55, 3),
-             "d": iv(0.2, 0.1, 0.5, 3)}
-    # a overlaps b; {a, b} lie above c; c overlaps d
-    assert stats.tiers(items, higher_is_better=True) == [["a", "b"], ["c", "d"]]
-    assert stats.tiers(items, higher_is_better=False) == [["d", "c"], ["b", "a"]]
-    items["e"] = iv(0.6, None, None, 1)  # one seed: no interval, no ranking at all
-    assert stats.tiers(items, higher_is_better=True) == [["a", "b", "e", "c", "d"]]
-    chained = {"x": iv(3, 2.9, 3.1, 3), "y": iv(2, 1.0, 2.95, 3), "z": iv(1, 0.9, 1.1, 3)}
-    assert stats.tiers(chained, higher_is_better=True) == [["x", "y", "z"]]  # x-y and y-z overlap: no cut
-
-
-def test_claim_verdicts():
-    iv = Interval
-    assert claims._less(iv(1, 0.5, 1.5, 3), iv(3, 2, 4, 3)) == "yes"
-    assert claims._less(iv(3, 2, 4, 3), iv(1, 0.5, 1.5, 3)) == "no"
-    assert claims._less(iv(1, 0.5, 2.5, 3), iv(3, 2, 4, 3)) == "open"
-    assert claims._combine(["yes", "yes"]) == claims.YES and claims._combine(["yes", "open"]) == claims.OPEN
-    assert claims._combine(["yes", "no"]) == claims.NO and claims._combine([]) == claims.UNTESTED
-    assert claims._never([iv(0.9, 0.8, 0.95, 3)], "up") == claims.YES
-    assert claims._never([iv(0.9, 0.8, 1.05, 3)], "up") == claims.CONSISTENT
-    assert claims._never([iv(1.9, 1.8, 2.0, 3)], "up") == claims.NO
-
-
 def test_fill_blocks_replaces_only_marked_text():
     text = ("intro 1.23\n<!-- BEGIN GENERATED: a -->\nold\n<!-- END GENERATED: a -->\nmiddle\n"
             "<!-- BEGIN GENERATED: b -->\n<!-- END GENERATED: b -->\nend\n")
@@ -326,12 +286,21 @@ def test_committed_study_page_is_generated_from_the_committed_results():
     measured number."""
     doc = json.loads((ROOT / "docs" / "study_results" / "results.json").read_text())
     page = (ROOT / "docs" / "study.md").read_text()
-    assert report.fill_blocks(page, report.sections(doc)) == page
+    assert report.fill_blocks(page, report.sections(doc, report.load_probe(ROOT / "docs"))) == page
     prose = re.sub(r"<!-- BEGIN GENERATED: ([\w-]+) -->.*?<!-- END GENERATED: \1 -->", "", page, flags=re.DOTALL)
     prose = re.sub(r"```.*?```", "", prose, flags=re.DOTALL)  # commands
     decimals = set(re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", prose))
-    constants = {"0.975", "0.9", "0.999", "0.01", "0.02", "0.1"}  # the t quantile's level, Adam, init, YaRN
+    # the t quantile's level, Adam, init, YaRN, the fit threshold, test level, power and minimum effect
+    constants = {"0.975", "0.9", "0.999", "0.01", "0.02", "0.1", "0.05", "0.8", "0.15"}
     assert decimals <= constants, f"hand-written text states measured numbers: {sorted(decimals - constants)}"
+
+
+def test_study_page_reads_as_documentation():
+    """Results and method only: no work history, tracker references or placeholders, no CJK headings."""
+    page = (ROOT / "docs" / "study.md").read_text()
+    for word in ("issue", "seed document", "PLACEHOLDER", "TODO", "previous version", "first version", "v2", "v3"):
+        assert word.lower() not in page.lower(), word
+    assert not re.search(r"[\u3000-\u9fff\uac00-\ud7af]", page)
 
 
 # --------------------------------------------------------------------------- the quick run
@@ -350,6 +319,9 @@ def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
     for r in res["records"]:
         by_cell.setdefault((r["part"], r["label"], r.get("task"), r.get("training"), r["seed_index"]), []).append(r)
     assert len(by_cell) == len(cells)
+    ngram = [r for r in res["records"] if r["encoding"] == "ngram"]
+    assert len(ngram) == 2 * len(cfg["lm_eval_factors"]) and all(r["bpb"] == pytest.approx(math.log2(r["ppl"]))
+                                                                 for r in ngram)
     L = cfg["train_len"]
     for r in res["records"]:
         if r["part"] == "tasks":
@@ -363,6 +335,7 @@ def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
                 assert r["status"] == "n/a" and r["ppl"] is None
             else:
                 assert r["ppl"] == pytest.approx(math.exp(r["loss"])) and 1 < r["ppl"] < 256
+                assert r["bpb"] == pytest.approx(r["loss"] / math.log(2))
     # the scaling part's base model is the lm part's RoPE model, bit for bit
     lm_rope = {(r["seed_index"], r["eval_mode"], r["eval_factor"]): r["loss"] for r in res["records"]
                if r["part"] == "lm" and r["encoding"] == "rope"}
@@ -370,12 +343,25 @@ def test_quick_cli_run_writes_valid_results(tmp_path, capsys):
                 if r["part"] == "rope_scaling" and r["method"] == "none" and r["phase"] == "zero_shot"}
     assert unscaled == lm_rope
     md = (tmp_path / "results.md").read_text()
-    assert "A reduced run, not the study" in md and "steps 10 < 750" in md  # a smoke run says so
-    for heading in ("Claims of the papers", "Synthetic tasks", "Varying-length", "Language-model perplexity",
-                    "RoPE scaling", "Randomized positions"):
+    assert "A reduced run, not the study" in md and "steps 10 < 600" in md  # a smoke run says so
+    for heading in ("Claims of the papers", "What the seeds can detect", "Synthetic tasks", "Varying-length",
+                    "Language-model perplexity", "RoPE scaling", "Randomized positions"):
         assert heading in md
+    # static scaling methods are evaluated zero-shot only at their design factor s = T / L
+    for r in res["records"]:
+        if r["part"] == "rope_scaling" and r["phase"] == "zero_shot" and r["method"] in ("linear", "ntk", "yarn"):
+            assert r["design_factor"] == r["eval_factor"] > 1
+            key = "alpha" if r["method"] == "ntk" else "factor"
+            assert r["scaling"][key] == r["eval_factor"]
+    # every task cell stores its training curve; the LM cells their per-position loss at the longest length
+    first = cfg["eval_factors"][0]
+    assert all(r.get("curve") for r in res["records"] if r["part"] == "tasks" and r["eval_factor"] == first)
+    longest = [r for r in res["records"] if r["part"] == "lm" and r["encoding"] not in ("ngram", "learned")
+               and r["eval_mode"] == "nonoverlapping" and r["eval_factor"] == cfg["lm_eval_factors"][-1]]
+    assert longest and all(len(r["position_loss"]) == cfg["loss_bins"] for r in longest)
+    assert any(r.get("attention") for r in res["records"] if r["part"] == "tasks")
     if importlib.util.find_spec("matplotlib") is not None:
-        for name in ("tasks.png", "lm.png", "rope_scaling.png"):
+        for name in ("tasks.png", "lm.png", "rope_scaling.png", "position_loss.png", "attention.png", "curves.png"):
             assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -385,25 +371,48 @@ def test_report_command_regenerates_and_refuses_foreign_files(tmp_path, capsys):
     assert "not a results file of the study" in capsys.readouterr().err
     (tmp_path / "results.json").write_text("[1, 2")
     assert cli.main(["study", "report", str(tmp_path)]) == 2
-    meta = {"tool": "posenc-np study extrapolation", "schema": 2, "config": {"seeds": 3}}
+    meta = {"tool": "posenc-np study extrapolation", "schema": 3, "config": {"seeds": 3}}
     (tmp_path / "results.json").write_text(json.dumps({"meta": meta, "records": [{"part": "lm", "x": 1}]}))
     assert cli.main(["study", "report", str(tmp_path)]) == 2
     assert "not a valid study results file" in capsys.readouterr().err
-    (tmp_path / "results.json").write_text(json.dumps({"meta": {**meta, "schema": 1}, "records": []}))
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {**meta, "schema": 2}, "records": []}))
     assert cli.main(["study", "report", str(tmp_path)]) == 2
-    assert "schema 1" in capsys.readouterr().err
+    assert "schema 2" in capsys.readouterr().err
 
 
 def test_size_options_choose_the_configuration(monkeypatch):
-    """--quick and --full pick their presets (mutually exclusive); neither: the default."""
-    from posenc_np.study import full_config, runner
+    """--quick, --full and --lm-large pick their presets (mutually exclusive); neither: the default;
+    the grid and model options override the preset."""
+    from posenc_np.study import full_config, lm_large_config, runner
 
     seen = []
-    monkeypatch.setattr(runner, "run_extrapolation", lambda out, cfg, **kw: seen.append(cfg) or {"failed": []})
-    for flags, want in (([], StudyConfig(seed=4)), (["--full"], full_config(4)), (["--quick"], quick_config(4))):
+    monkeypatch.setattr(runner, "run_extrapolation", lambda out, cfg, **kw: seen.append((cfg, kw)) or {"failed": []})
+    for flags, want in (([], StudyConfig(seed=4)), (["--full"], full_config(4)), (["--quick"], quick_config(4)),
+                        (["--lm-large"], lm_large_config(4))):
         assert cli.main(["study", "extrapolation", "--out", "unused", "--seed", "4", "--no-progress", *flags]) == 0
-        assert seen[-1] == want
-    full, default = full_config(), StudyConfig()
-    assert set(full.tasks) > set(default.tasks) and full.steps == 2 * default.steps and full.lm_steps == 2 * default.lm_steps
+        assert seen[-1][0] == want
+    args = ["study", "extrapolation", "--out", "unused", "--no-progress", "--encodings", "rope,alibi", "--tasks", "lag",
+            "--steps", "7", "--fit-rounds", "2", "--lm-steps", "9", "--d-model", "32", "--n-heads", "2", "--n-layers",
+            "3", "--d-ff", "48", "--seeds", "5", "--parts", "tasks,lm", "--training", "varying", "--jobs", "1"]
+    assert cli.main(args) == 0
+    cfg = seen[-1][0]
+    assert (cfg.encodings, cfg.tasks, cfg.steps, cfg.fit_rounds, cfg.lm_steps, cfg.d_model, cfg.n_heads, cfg.n_layers,
+            cfg.d_ff, cfg.seeds, cfg.parts, cfg.training, cfg.jobs) == (["rope", "alibi"], ["lag"], 7, 2, 9, 32, 2, 3,
+                                                                         48, 5, ("tasks", "lm"), ("varying",), 1)
+    assert cli.main(args + ["--corpus", "some.txt"]) == 0
+    assert seen[-1][0].corpus == "file" and seen[-1][1]["corpus_file"] == "some.txt"
     with pytest.raises(SystemExit):
         cli.main(["study", "extrapolation", "--out", "unused", "--quick", "--full"])
+    assert cli.main(["study", "extrapolation", "--out", "unused", "--encodings", "nope"]) == 2  # names the entry
+
+
+def test_default_seed_count_is_planned_from_the_detectable_difference():
+    """The default seeds are the fewest whose detectable difference (planning SDs) is at most each
+    measure's minimum effect; one seed fewer would not detect it."""
+    from posenc_np.study import stats
+    from posenc_np.study.config import PLANNING_SD
+
+    n = StudyConfig().seeds
+    for measure, sd in PLANNING_SD.items():
+        assert stats.detectable(sd, n) <= stats.MEASURES[measure].margin
+    assert any(stats.detectable(sd, n - 1) > stats.MEASURES[m].margin for m, sd in PLANNING_SD.items())

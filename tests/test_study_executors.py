@@ -6,6 +6,7 @@ import importlib.util
 
 import pytest
 
+from _support import require_module
 from posenc_np.study import (
     Dask,
     InProcess,
@@ -38,13 +39,14 @@ def test_make_executor_picks_by_option():
 
 @pytest.mark.slow  # starts 2 spawned worker processes and a 1-worker Dask cluster: ~10 s on 2 busy cores
 def test_in_process_pool_and_dask_give_bit_identical_results(tmp_path):
-    pytest.importorskip("distributed")
+    require_module("distributed", "dask")
     cfg = StudyConfig(**TINY)
     serial = run_extrapolation(tmp_path / "serial", cfg, progress=False, executor=InProcess())
     pooled = run_extrapolation(tmp_path / "pool", cfg, progress=False, executor=ProcessPool(2))
     dask = run_extrapolation(tmp_path / "dask", cfg, progress=False, executor=Dask(workers=1))
     assert serial["failed"] == pooled["failed"] == dask["failed"] == []
-    assert len(serial["records"]) == 4 * 2 + 2 * 2 * 2  # 4 task cells x 2 lengths, 2 LM cells x 2 modes x 2 lengths
+    # 4 task cells x 2 lengths; 2 LM cells and the n-gram baseline x 2 modes x 2 lengths
+    assert len(serial["records"]) == 4 * 2 + 3 * 2 * 2
     assert _numbers(pooled) == _numbers(serial)
     assert _numbers(dask) == _numbers(serial)
     assert dask["meta"]["executor"] == "local dask cluster (1 workers)"
@@ -57,10 +59,10 @@ def test_an_executor_failure_is_recorded_per_cell(tmp_path):
     class Flaky(InProcess):
         name = "flaky"
 
-        def run(self, fn, items, on_result, on_failure):
+        def run(self, fn, items, on_result, on_failure, shared=None):
             items = list(items)
             on_failure(items[0], "BrokenProcessPool: worker died (simulated)")
-            super().run(fn, items[1:], on_result, on_failure)
+            super().run(fn, items[1:], on_result, on_failure, shared)
 
     cfg = StudyConfig(**{**TINY, "parts": ("tasks",), "training": ("fixed",)})
     res = run_extrapolation(tmp_path, cfg, progress=False, executor=Flaky())
@@ -71,7 +73,7 @@ def test_an_executor_failure_is_recorded_per_cell(tmp_path):
 
 
 def test_dask_refuses_multithreaded_workers(tmp_path):
-    pytest.importorskip("distributed")
+    require_module("distributed", "dask")
 
     class Threaded(Dask):
         def _client(self):
@@ -89,7 +91,7 @@ def test_dask_refuses_multithreaded_workers(tmp_path):
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path):
-    pytest.importorskip("distributed")
+    require_module("distributed", "dask")
     with pytest.raises(ValueError, match="cannot reach the Dask scheduler at 'tcp://127.0.0.1:9'"):
         run_extrapolation(tmp_path, StudyConfig(**{**TINY, "parts": ("tasks",)}), progress=False,
                           executor=Dask(address="tcp://127.0.0.1:9", connect_timeout=1))

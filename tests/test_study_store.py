@@ -95,7 +95,7 @@ def test_a_grown_grid_reuses_the_stored_cells(tmp_path, monkeypatch):
     run_extrapolation(tmp_path / "s", small, progress=False)
     grown = StudyConfig(**{**TINY, "encodings": TINY["encodings"][:2], "seeds": TINY["seeds"] + 1})
     real, ran = study_cells._run_one, []
-    monkeypatch.setattr(study_cells, "_run_one", lambda cfg, cell: ran.append(cell) or real(cfg, cell))
+    monkeypatch.setattr(study_cells, "_run_one", lambda cfg, cell, shared=None: ran.append(cell) or real(cfg, cell, shared))
     again = run_extrapolation(tmp_path / "s", grown, progress=False)
     new = [c for c in grid(grown) if c not in grid(small)]
     assert new and sorted(map(cell_id, ran)) == sorted(map(cell_id, new))
@@ -113,11 +113,11 @@ def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatc
     real = study_cells._run_one
     calls = []
 
-    def stop_at_third(cfg_dict, cell):
+    def stop_at_third(cfg_dict, cell, shared=None):
         calls.append(cell_id(cell))
         if len(calls) == 3:
             raise KeyboardInterrupt  # Ctrl-C in the middle of the grid
-        return real(cfg_dict, cell)
+        return real(cfg_dict, cell, shared)
 
     monkeypatch.setattr(study_cells, "_run_one", stop_at_third)
     out = tmp_path / "run"
@@ -127,15 +127,17 @@ def test_interrupted_study_keeps_finished_cells_and_resumes(tmp_path, monkeypatc
     assert stored == sorted(cell_id(c) for c in cells[:2])  # the two finished cells were kept
     assert not (out / "results.json").exists()
     calls.clear()
-    monkeypatch.setattr(study_cells, "_run_one", lambda c, cell: calls.append(cell_id(cell)) or real(c, cell))
+    monkeypatch.setattr(study_cells, "_run_one",
+                        lambda c, cell, shared=None: calls.append(cell_id(cell)) or real(c, cell, shared))
     resumed = run_extrapolation(out, cfg, progress=False)
     assert calls == [cell_id(c) for c in cells[2:]]  # only the missing cells ran
     assert _strip(resumed["records"]) == _strip(fresh["records"]) and resumed["failed"] == []
     calls.clear()
     run_extrapolation(out, cfg, progress=False)
     assert calls == []  # everything was done
-    plot = ["tasks.png"] if importlib.util.find_spec("matplotlib") else []
-    assert sorted(os.listdir(out)) == sorted(["cells", "results.json", "results.md", "study.json", *plot])
+    plot = ["tasks.png", "curves.png", "attention.png"] if importlib.util.find_spec("matplotlib") else []
+    assert sorted(os.listdir(out)) == sorted(["cells", "results.json", "results.md", "results.csv", "study.json",
+                                              *plot])
 
 
 def test_a_failing_cell_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch, capsys):
@@ -143,10 +145,10 @@ def test_a_failing_cell_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch, 
     real = study_cells._run_one
     bad = cell_id(grid(cfg)[1])
 
-    def flaky(cfg_dict, cell):
+    def flaky(cfg_dict, cell, shared=None):
         if cell_id(cell) == bad:
             raise FloatingPointError("simulated divergence")
-        return real(cfg_dict, cell)
+        return real(cfg_dict, cell, shared)
 
     monkeypatch.setattr(study_cells, "_run_one", flaky)
     res = run_extrapolation(tmp_path, cfg, progress=True)
@@ -173,6 +175,7 @@ def test_corrupt_cell_file_is_recomputed(tmp_path):
     assert json.loads(victim.read_text())["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_sigkill_keeps_finished_cells(tmp_path):
     """Killed mid-way (SIGKILL, no cleanup at all) nothing was kept: a study in a fresh process is
     killed once its first cell is on disk (~3 s)."""

@@ -65,13 +65,14 @@ class _ScaledKeyBias:
     def __init__(self, u, wrong=False):
         self.params, self.grads, self.wrong = {"u": u}, {}, wrong
 
-    def logits(self, q, k, scale):
+    def logits(self, q, k, scale, mask=None):
         return scale * (k @ self.params["u"])[..., None, :], (k, scale)
 
     def logits_backward(self, dlogits, cache):
         k, scale = cache
         col = dlogits.sum(axis=-2)
-        self.grads["u"] = scale * (col[..., None] * k).reshape(-1, k.shape[-1]).sum(axis=0) * (1.01 if self.wrong else 1.0)
+        grad = scale * (col[..., None] * k).reshape(-1, k.shape[-1]).sum(axis=0)
+        self.grads["u"] = grad * (1.01 if self.wrong else 1.0)
         return None, scale * col[..., None] * self.params["u"]
 
     def values(self, probs):
@@ -91,3 +92,14 @@ def test_gradcheck_hook_checks_inputs_and_parameters():
     assert res.checked == q.size + k.size + v.size + 4
     with pytest.raises(AssertionError, match=r"hook\.u"):
         gradcheck_hook(_ScaledKeyBias(hook.params["u"], wrong=True), q, k, v, max_entries=None)
+
+
+@pytest.mark.parametrize("hook", [None, object(), {"params": {}}], ids=["None", "object", "dict"])
+def test_gradcheck_hook_refuses_what_is_not_a_hook(hook):
+    """gradcheck_hook(None, ...) was an AttributeError."""
+    from posenc_np.testing import gradcheck_hook
+
+    q = np.ones((1, 2, 4))
+    message = f"hook must be a position hook with a params dict .* got {type(hook).__name__}"
+    with pytest.raises(TypeError, match=message):
+        gradcheck_hook(hook, q, q, q)

@@ -1,5 +1,6 @@
 """Optimizer, clipping, schedule, training loop determinism, checkpoints and resume."""
 
+import io
 import json
 import math
 import zipfile
@@ -161,16 +162,27 @@ def test_checkpoint_is_plain_npz_without_pickle(tmp_path):
     assert not [n for n in zipfile.ZipFile(path).namelist() if not n.endswith(".npy")]
 
 
-def test_progress_output_and_silence(capsys):
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_draws_only_on_a_terminal(capsys):
     task = CopyTask(2, alphabet=4)
     train(small_model(), task, 3, batch_size=2, progress=False)
+    train(small_model(), task, 3, batch_size=2, progress=True, desc="tq")  # stderr is captured: not a terminal
     assert capsys.readouterr().err == ""
-    bar = Progress(3, desc="demo", use_tqdm=False)
-    for _ in range(3):
-        bar.update(1, loss=0.5)
-    assert "demo 3/3 loss=0.5" in capsys.readouterr().err
-    train(small_model(), task, 3, batch_size=2, progress=True, desc="tq")
-    assert "tq" in capsys.readouterr().err  # tqdm (or the fallback) writes to stderr
+    log, term = io.StringIO(), _Terminal()
+    for file in (log, term):
+        bar = Progress(3, desc="demo", use_tqdm=False, file=file)
+        for _ in range(3):
+            bar.update(1, loss=0.5)
+        bar.close()
+    assert log.getvalue() == "" and "demo 3/3 loss=0.5" in term.getvalue()
+    bar = Progress(3, desc="tq", file=term)  # tqdm when installed, else the line printer
+    bar.update(3)
+    bar.close()
+    assert "tq" in term.getvalue()
 
 
 def test_evaluate_metrics_by_hand():
