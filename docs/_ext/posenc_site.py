@@ -509,6 +509,144 @@ def _merge(app, env, docnames, other) -> None:
                 env.posenc_mentions[key].append(e)
 
 
+# --------------------------------------------------------------------------- tables, search
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def escape_table_pipes(text: str) -> str:
+    """``text`` with every unescaped ``|`` inside an inline code span of a Markdown table row
+    escaped: in a table, ``|`` ends a cell even inside backticks, so `` `|p| < 2^53` `` would
+    split its row. Fenced blocks are left alone."""
+    out, fenced = [], False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.lstrip().startswith("|") and "`" in line:
+            line = _escape_in_code(line)
+        out.append(line)
+    return "\n".join(out)
+
+
+def _escape_in_code(line: str) -> str:
+    pieces, at = [], 0
+    for m in re.finditer(r"(`+)(.+?)(?<!`)\1(?!`)", line):
+        code = re.sub(r"(?<!\\)\|", r"\\|", m.group(2))
+        pieces += [line[at:m.start()], m.group(1), code, m.group(1)]
+        at = m.end()
+    return "".join(pieces) + line[at:]
+
+
+def table_rows_split_wrongly(text: str) -> list[str]:
+    """Rows of the Markdown tables in ``text`` whose cell count differs from their header's."""
+    bad, header, fenced = [], None, False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            fenced, header = not fenced, None
+            continue
+        if fenced or not line.lstrip().startswith("|"):
+            header = None
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line.strip().strip("|")))
+        if header is None:
+            header = cells
+        elif cells != header:
+            bad.append(line)
+    return bad
+
+
+def _source_read(app, docname: str, source: list) -> None:
+    """``source-read``: escape the pipes of code spans in table rows (:func:`escape_table_pipes`)."""
+    if str(app.env.doc2path(docname)).endswith(".md"):  # a str before Sphinx 7.2, a Path after
+        source[0] = escape_table_pipes(source[0])
+
+
+#: a number-like token that must not break across lines: ``-0.5``, ``5.6e-17``, ``2^-1.5``,
+#: ``1.39x``, ``66 %``, ``±2^40``, or a bracketed interval ``[0.97, 0.98]``
+_NUMBER = re.compile(r"\[[-+−]?\d[^\[\]]{0,40}\]|[-+−±~≈]?\d[\d.,]*(?:[eE][-+−]?\d+)?(?:\^[-+−]?[\d.]+)?(?: ?%|x\b)?")
+
+
+def keep_numbers_whole(app, doctree, fromdoc: str) -> None:
+    """``doctree-resolved``: wrap each number-like token of a table cell in
+    ``span.posenc-nowrap`` (``_static/posenc.css``), so "5.6e-17" never wraps as "5.6e-" / "17"."""
+    for entry in doctree.findall(nodes.entry):
+        for text in list(entry.findall(nodes.Text)):
+            parent = text.parent
+            if isinstance(parent, (nodes.literal, nodes.math, nodes.literal_block, nodes.raw)):
+                continue
+            value = str(text)
+            pieces, at = [], 0
+            for m in _NUMBER.finditer(value):
+                if m.end() - m.start() < 2 and not re.search(r"[-−]", m.group()):
+                    continue  # a single digit cannot break
+                pieces += [nodes.Text(value[at:m.start()]), nodes.inline(m.group(), m.group(), classes=["posenc-nowrap"])]
+                at = m.end()
+            if not pieces:
+                continue
+            pieces.append(nodes.Text(value[at:]))
+            index = parent.index(text)
+            parent.remove(text)
+            for offset, piece in enumerate(p for p in pieces if not (isinstance(p, nodes.Text) and not str(p))):
+                parent.insert(index + offset, piece)
+
+
+#: TeX control words a search snippet shows as characters (the others lose their backslash)
+_TEX_CHARS = {"sqrt": "√", "cdot": "·", "times": "×", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠",
+              "approx": "≈", "pm": "±", "infty": "∞", "sum": "Σ", "prod": "Π", "partial": "∂", "in": "∈",
+              "iff": "⇔", "to": "→", "mid": "|", "dots": "…", "ldots": "…", "cdots": "…", "top": "ᵀ",
+              "lceil": "⌈", "rceil": "⌉", "lfloor": "⌊", "rfloor": "⌋", "lvert": "|", "rvert": "|",
+              "alpha": "α", "beta": "β", "gamma": "γ", "delta": "δ", "epsilon": "ε", "zeta": "ζ", "eta": "η",
+              "theta": "θ", "kappa": "κ", "lambda": "λ", "mu": "μ", "nu": "ν", "xi": "ξ", "pi": "π", "rho": "ρ",
+              "sigma": "σ", "tau": "τ", "phi": "φ", "chi": "χ", "psi": "ψ", "omega": "ω", "Phi": "Φ", "Delta": "Δ"}
+#: layout-only control words, dropped from snippets
+_TEX_SILENT = {"left", "right", "bigl", "bigr", "Bigl", "Bigr", "big", "Big", "quad", "qquad", "displaystyle",
+               "mathrel", "begin", "end", "split", "aligned", "pmatrix", "notag", "nonumber", "tfrac", "frac"}
+
+
+def tex_as_text(tex: str) -> str:
+    """Readable plain text for a formula's TeX (what a search snippet shows instead of the source)."""
+    tex = re.sub(r"\\[()\[\]]", " ", tex)
+    tex = re.sub(r"\\(?:begin|end)\{[a-z*]+\}", " ", tex)
+    tex = re.sub(r"\\(?:text|mathrm|operatorname|mathbf|mathit|mathcal)\{([^{}]*)\}", r"\1", tex)
+    tex = re.sub(r"\\([A-Za-z]+)", lambda m: "" if m[1] in _TEX_SILENT else _TEX_CHARS.get(m[1], m[1]), tex)
+    tex = re.sub(r"\\[,;:! ]|\\\\|&", " ", tex).replace("\\_", "_").replace("\\{", "{").replace("\\}", "}")
+    return " ".join(tex.replace("{", "").replace("}", "").split())
+
+
+def _plain_math(html: str) -> str:
+    """``html`` with the TeX of every math element replaced by :func:`tex_as_text`."""
+    import html as html_lib
+
+    def plain(m):
+        return m.group(1) + html_lib.escape(tex_as_text(html_lib.unescape(m.group(3)))) + m.group(4)
+
+    return re.sub(r'(<(span|div) class="math[^"]*">)(.*?)(</\2>)', plain, html, flags=re.DOTALL)
+
+
+def write_search_texts(app, exception) -> None:
+    """``build-finished``: the main content of every page as ``_static/search-text/<page>.js`` (formulas
+    as plain text, :func:`tex_as_text`), read by ``_static/search-offline.js`` for the snippets of
+    search results, from disk (where ``fetch`` is refused) and over http alike."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    target = out / "_static" / "search-text"
+    for path in out.rglob("*.html"):
+        rel = path.relative_to(out)
+        if rel.parts[0] in ("_static", "_sources", "_images") or rel.name in ("search.html", "genindex.html"):
+            continue
+        html = path.read_text(encoding="utf-8")
+        start, end = html.find('<main id="main-content"'), html.rfind("</main>")
+        if start < 0 or end < 0:
+            continue
+        page = rel.with_suffix("").as_posix()
+        dest = target / f"{page}.js"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # "</" written as "<\\/" (the same string in JavaScript), so no "</script>" appears
+        body = json.dumps(_plain_math(html[start:end + len("</main>")])).replace("</", "<\\/")
+        dest.write_text(f"window.posencSearchText[{json.dumps(page)}] = {body};\n", encoding="utf-8")
+
+
 def setup(app):
     app.connect("builder-inited", generate)
     app.connect("env-before-read-docs", _env_init)
@@ -516,4 +654,7 @@ def setup(app):
     app.connect("env-merge-info", _merge)
     app.connect("doctree-read", link_mentions)
     app.connect("doctree-resolved", annotate_entries)
+    app.connect("doctree-resolved", keep_numbers_whole)
+    app.connect("source-read", _source_read)
+    app.connect("build-finished", write_search_texts)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

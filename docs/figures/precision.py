@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posenc_np.precision import RopeSetup
 from posenc_np.precision_report import markdown, plot, report
+from posenc_np.rope_scaling import parse_scaling
 
 HERE = Path(__file__).resolve().parent
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -19,9 +19,10 @@ LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_f
 
 
 def main() -> None:
-    runs = [(f"precision_{d}.png", RopeSetup(128, 10000.0, seq_len=10 ** 7), d, 10 ** 7)
+    runs = [(f"precision_{d}.png", parse_scaling(128, base=10000.0, seq_len=10 ** 7), d, 10 ** 7)
             for d in ("float32", "bfloat16", "float16")]
-    runs.append(("precision_llama31_bfloat16.png", RopeSetup(128, 500000.0, LLAMA31, 131072, seq_len=131072),
+    runs.append(("precision_llama31_bfloat16.png", parse_scaling(128, base=500000.0, scaling=LLAMA31,
+                                                                  max_position_embeddings=131072, seq_len=131072),
                  "bfloat16", 131072))
     for name, setup, dtype, top in runs:
         result = report(setup, dtype, top)
