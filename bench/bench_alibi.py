@@ -317,13 +317,13 @@ def threshold(quick: bool) -> dict:
                 break
         return best
 
-    from posenc_np.kernels import alibi as kalibi
+    from posenc_np import _backend
 
     result = {
         "rows": rows,
         "recommended_min_T_forward": crossover("numpy_forward_s", "numba_forward_s"),
         "recommended_min_T_forward_backward": crossover("numpy_forward_backward_s", "numba_forward_backward_s"),
-        "current_ALIBI_NUMBA_MIN_T": kalibi.ALIBI_NUMBA_MIN_T,
+        "current_ALIBI_NUMBA_MIN_T": _backend.ALIBI_NUMBA_MIN_T,
     }
     return result
 
@@ -640,7 +640,7 @@ def _markdown(res, quick):
                      f"{1e3 * r['numpy_forward_backward_s']:.3f} | {1e3 * r['numba_forward_backward_s']:.3f} |")
     lines += ["", f"Fused forward wins from T = {thr['recommended_min_T_forward']} (forward + backward from "
               f"T = {thr['recommended_min_T_forward_backward']}) in this run; "
-              f"`posenc_np.kernels.alibi.ALIBI_NUMBA_MIN_T` = {thr['current_ALIBI_NUMBA_MIN_T']}."]
+              f"`posenc_np._backend.ALIBI_NUMBA_MIN_T` = {thr['current_ALIBI_NUMBA_MIN_T']}."]
     return "\n".join(lines)
 
 

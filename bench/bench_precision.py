@@ -6,7 +6,7 @@
 ``bench/run.py`` calls it (section ``precision``). Run directly: ``python bench/bench_precision.py
 [--quick]``.
 
-Problem: head_dim 128 (64 frequencies, ``rope.inv_freq(128)``), ``half`` layout, integer
+Problem: head_dim 128 (64 frequencies, ``rope.exact_inv_freq(128)``), ``half`` layout, integer
 positions ``[0, P)`` for P = 4096, 131072 and 1048576, output float64 and float32 (tables cast
 once). For P = 10^7 full tables do not fit in memory (two float64 tables are 20 GB), so the
 row times the window of 2^20 positions ending at 10^7 and scales by 10^7 / 2^20: the exact
@@ -47,7 +47,7 @@ def _positions(p: int) -> tuple[np.ndarray, float]:
 
 def run(quick: bool = False) -> dict:
     sizes = SIZES[:2] if quick else SIZES
-    inv, _ = rope.inv_freq(128)
+    inv, _ = rope.exact_inv_freq(128)
     rows = []
     for p in sizes:
         pos, scale = _positions(p)

@@ -2,7 +2,7 @@
 
 ``run(quick, torch_python) -> dict`` returns JSON-able numbers and a Markdown table under
 ``"markdown"``; ``threshold(quick) -> dict`` measures where the kernel starts to beat NumPy (the
-``auto`` switch, ``posenc_np.kernels.ROPE_NUMBA_MIN_ELEMENTS``). Run directly:
+``auto`` switch, ``posenc_np._backend.ROPE_NUMBA_MIN_ELEMENTS``). Run directly:
 ``python bench/bench_rope.py [--quick] [--threshold] [--torch-python PATH]``; normally via
 ``bench/run.py``.
 
@@ -11,21 +11,19 @@ Variants, each timed on the same arrays (float32, ``x`` of shape ``(B, H, T, 128
 
 * ``numpy``: ``posenc_np.rope.apply`` / ``apply_backward`` with ``backend="numpy"`` (the
   reference, including its argument checks);
+* ``apply``: the public ``rope.apply`` / ``apply_backward`` with ``backend="auto"`` (its checks,
+  then the kernel), a fresh output per call;
 * ``alloc``: ``kernels.rope_apply(x, cos, sin)``, a fresh output per call (what ``rope.apply``
   with ``backend="numba"`` does without ``out=``): its page faults are part of the time;
 * ``out``: ``kernels.rope_apply(x, cos, sin, out=y)``, a preallocated output reused;
 * ``in-place``: ``kernels.rope_apply(x, cos, sin, out=x)``;
-* ``angles``: ``kernels.rope_apply_angles(x, positions, inv_freq, out=y)`` (cos/sin by angle
-  addition from small exact tables, no full tables in memory);
-* ``q+k``: ``kernels.rope_apply_qk(x, z, cos, sin, out_q=y, out_k=w)`` (two tensors of x's size
-  in one launch) against two ``out`` calls, reported as a ratio;
 * torch (when ``--torch-python`` imports it, in its own process, ``bench/torch_peers.py``):
   Hugging Face's ``x * cos + rotate_half(x) * sin`` (``interleaved``: GPT-J's
   ``rotate_every_two``) on ``torch.from_numpy`` views, all cores, eager and ``torch.compile``
   (compile time reported separately, excluded from the steady state).
 
 Bytes and rooflines. Every variant counts the bytes it must move: read ``x`` + ``cos`` + ``sin``
-and write ``y`` (``2|x| + |cos| + |sin|``; angles: positions and frequencies instead of tables).
+and write ``y`` (``2|x| + |cos| + |sin|``).
 The in-run roofline is timed in the same interleaved rounds, on flat arrays of ``x``'s size:
 NumPy copy ``y = x`` (counted 2N), a Numba triad ``y = x + 0.5 z`` (counted 3N), and an in-place
 scale ``x *= -1`` (counted 2N). Write-allocate: a store to a line not in cache first reads it,
@@ -101,18 +99,16 @@ SIZES = [
     _sized("256 MiB", (4, 32, 4096, HEAD_DIM), "bhtd"),
 ]
 QUICK_SIZES = SIZES[:3]
-VARIANTS = ("numpy", "alloc", "out", "in-place", "angles")
+VARIANTS = ("numpy", "apply", "alloc", "out", "in-place")
 
 
 def _case(shape, order, layout, rng):
     t = shape[2] if order == "bhtd" else shape[1]
     x = rng.standard_normal(shape, dtype=np.float32)
-    freqs = rope.inv_freq(HEAD_DIM, base=10000.0)[0]
-    positions = np.arange(t)
-    cos, sin = rope.cos_sin(positions, freqs, layout=layout, dtype=np.float32)
+    cos, sin = rope.cos_sin(np.arange(t), rope.inv_freq(HEAD_DIM, base=10000.0)[0], layout=layout, dtype=np.float32)
     if order == "bthd":
-        cos, sin, positions = cos[:, None], sin[:, None], positions[:, None]
-    return x, cos, sin, positions, freqs
+        cos, sin = cos[:, None], sin[:, None]
+    return x, cos, sin
 
 
 def _roofline_kernels():
@@ -123,7 +119,7 @@ def _roofline_kernels():
 
 def run(quick: bool = False, torch_python: str | None = None) -> dict:
     """Time every variant at every size, both layouts, forward and backward."""
-    from posenc_np.kernels import rope_apply, rope_apply_angles, rope_apply_qk
+    from posenc_np.kernels import rope_apply
 
     rng = np.random.default_rng(0)
     sizes = QUICK_SIZES if quick else SIZES
@@ -132,8 +128,8 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
         big = np.prod(shape) * 4 >= (256 << 20)
         repeats = 3 if quick else (5 if big else 11)
         for layout in ("half", "interleaved"):
-            x, cos, sin, positions, freqs = _case(shape, order, layout, rng)
-            y, w = np.empty_like(x), np.empty_like(x)
+            x, cos, sin = _case(shape, order, layout, rng)
+            y = np.empty_like(x)
             z = x.copy()  # rotated in place over and over (a rotation keeps it bounded)
             triad, scale = _roofline_kernels()
             cos1, sin1 = cos[:1], sin[:1]
@@ -142,16 +138,13 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
                 reference = rope.apply_backward if inverse else rope.apply
                 fns = {
                     "numpy": lambda: reference(x, cos, sin, layout=layout, backend="numpy"),
+                    "apply": lambda: reference(x, cos, sin, layout=layout),
                     "alloc": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse),
                     "out": lambda: rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=y),
                     "in-place": lambda: rope_apply(z, cos, sin, layout=layout, inverse=inverse, out=z),
                     # diagnostic: the same in-place rotation with one table row for every row (the
                     # tables stay in L1), i.e. without the table traffic
                     "_in_place_1row": lambda: rope_apply(z, cos1, sin1, layout=layout, inverse=inverse, out=z),
-                    "angles": lambda: rope_apply_angles(x, positions, freqs, layout=layout, inverse=inverse, out=y),
-                    "_qk": lambda: rope_apply_qk(x, z, cos, sin, layout=layout, inverse=inverse, out_q=y, out_k=w),
-                    "_two": lambda: (rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=y),
-                                     rope_apply(z, cos, sin, layout=layout, inverse=inverse, out=w)),
                 }
                 # The roofline is timed in the same rounds, so drift hits it like the variants.
                 # Its kernels loop over axis 0, so they get flat views (a 4-D x would make each
@@ -164,12 +157,10 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
                 copy_gbs = 2 * x.nbytes / times.pop("_copy") / 1e9
                 triad_gbs = 3 * x.nbytes / times.pop("_triad") / 1e9
                 scale_gbs = 2 * x.nbytes / times.pop("_scale") / 1e9
-                qk, two = times.pop("_qk"), times.pop("_two")
                 one_row = times.pop("_in_place_1row")
                 roof, roof_inplace = max(copy_gbs, triad_gbs), scale_gbs
                 table_bytes = cos.nbytes + sin.nbytes
                 moved = {name: 2 * x.nbytes + table_bytes for name in VARIANTS}
-                moved["angles"] = 2 * x.nbytes + positions.nbytes + freqs.nbytes
                 variants = {}
                 for name, seconds in times.items():
                     gbs = moved[name] / seconds / 1e9
@@ -184,13 +175,12 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
                     "table_bytes": int(table_bytes), "roofline_GBps": roof, "inplace_roofline_GBps": roof_inplace,
                     "copy_GBps": copy_gbs, "triad_GBps": triad_gbs, "scale_inplace_GBps": scale_gbs,
                     "copy_true_GBps": 1.5 * copy_gbs, "triad_true_GBps": 4 / 3 * triad_gbs,
-                    "qk_seconds": qk, "two_calls_seconds": two, "repeats": repeats, "variants": variants,
+                    "repeats": repeats, "variants": variants,
                     "in_place_one_row_pct": 100.0 * 2 * x.nbytes / one_row / 1e9 / roof_inplace,
                 })
     result = {"rows": rows, "head_dim": HEAD_DIM, "torch": None,
               "bytes_model": {
-                  "numpy/alloc/out/in-place/torch": "read x + cos + sin, write y (= 2|x| + |cos| + |sin|)",
-                  "angles": "read x + positions + inv_freq, write y (= 2|x| + |positions| + |inv_freq|)",
+                  "numpy/apply/alloc/out/in-place/torch": "read x + cos + sin, write y (= 2|x| + |cos| + |sin|)",
                   "write-allocate": "not counted: out-of-place stores (copy, triad, kernels) also read y first"}}
     if torch_python:
         _torch_rows(result, sizes, quick, torch_python)
@@ -226,12 +216,12 @@ def _torch_rows(result, sizes, quick, torch_python):
 
 def _targets(rows) -> dict:
     """The issue's targets: on arrays of >= 64 MiB in place >= 85 % of the in-place roofline, a
-    reused out >= 80 % and angles >= 75 % of the out-of-place roofline; the allocating path's
+    reused out >= 80 % of the out-of-place roofline; the allocating path's
     share; at least as fast as torch.compile on every shape."""
     dram = [r for r in rows if r["x_bytes"] >= (64 << 20)]
     out = {}
     if dram:
-        for name, goal in (("in-place", 85.0), ("out", 80.0), ("angles", 75.0), ("alloc", None)):
+        for name, goal in (("in-place", 85.0), ("out", 80.0), ("alloc", None), ("apply", None)):
             pct = [r["variants"][name]["pct_roofline"] for r in dram]
             out[name] = {"min_pct_roofline": min(pct), "median_pct_roofline": statistics.median(pct),
                          "target_pct": goal, "met": None if goal is None else min(pct) >= goal}
@@ -248,9 +238,9 @@ def _markdown(result) -> str:
     rows = result["rows"]
     has_torch = result["torch"] is not None
     head = ("| x (float32, D=128) | layout | pass | roofline GB/s: out-of-place (in place) | NumPy GB/s "
-            "| alloc | out | in place | angles on the fly | q+k fused / 2 calls |"
+            "| rope.apply | alloc | out | in place |"
             + (" torch eager | torch.compile (compile s) |" if has_torch else ""))
-    sep = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_torch else "")
+    sep = "|---|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_torch else "")
     lines = [head, sep]
 
     def cell(v):
@@ -268,8 +258,7 @@ def _markdown(result) -> str:
         v = r["variants"]
         line = (f"| {r['size']} | {r['layout']} | {r['direction'][:3]} | "
                 f"{r['roofline_GBps']:.1f} ({r['inplace_roofline_GBps']:.1f}) | {v['numpy']['GBps']:.2f} | "
-                f"{cell(v['alloc'])} | {cell(v['out'])} | {cell(v['in-place'])} | {cell(v['angles'])} | "
-                f"{r['qk_seconds'] / r['two_calls_seconds']:.2f} |")
+                f"{cell(v['apply'])} | {cell(v['alloc'])} | {cell(v['out'])} | {cell(v['in-place'])} |")
         if has_torch:
             line += f" {torch_cell(r.get('torch_eager'), False)} | {torch_cell(r.get('torch_compile'), True)} |"
         lines.append(line)
@@ -281,11 +270,10 @@ def _markdown(result) -> str:
             roof_lines.append(f"| {r['size']} | {r['copy_GBps']:.1f} ({r['copy_true_GBps']:.1f}) | "
                               f"{r['triad_GBps']:.1f} ({r['triad_true_GBps']:.1f}) | {r['scale_inplace_GBps']:.1f} |")
     text = [
-        "Cells: GB/s of the bytes the variant must move (`2|x| + |cos| + |sin|`; angles: positions and "
-        "`inv_freq` instead of tables), in brackets % of the roofline and speed-up over the NumPy reference "
-        "(`rope.apply(..., backend=\"numpy\")`). `alloc` = kernel with a new output per call, `out` = into a "
-        "reused array, `in place` = `out=x` (its % is of the in-place roofline), `q+k` = time of "
-        "`rope_apply_qk` over two `out` calls on tensors of x's size. Roofline (out-of-place) = better of "
+        "Cells: GB/s of the bytes the variant must move (`2|x| + |cos| + |sin|`), in brackets % of the roofline "
+        "and speed-up over the NumPy reference (`rope.apply(..., backend=\"numpy\")`). `rope.apply` = the public "
+        "call (its checks, then the kernel, a new output), `alloc` = kernel with a new output per call, `out` = into a "
+        "reused array, `in place` = `out=x` (its % is of the in-place roofline). Roofline (out-of-place) = better of "
         "NumPy copy and Numba triad, in-place roofline = Numba in-place scale, on arrays of x's size, timed "
         "in the same rounds as the variants; write-allocate is not counted on either side (see below). "
         f"Median of {', '.join(map(str, repeats))} interleaved rounds after a warm-up round."
@@ -316,7 +304,7 @@ def _markdown(result) -> str:
         l3 = f"{caches[3] >> 20} MiB" if 3 in caches else "unknown"
         text += ["", f"Targets on the arrays of >= 64 MiB (DRAM-sized where the L3 is smaller; this machine's L3: "
                      f"{l3}, shared with the host's other tenants, so they may be partly cache-resident):", ""]
-        for name in ("in-place", "in-place, one table row", "out", "angles", "alloc"):
+        for name in ("in-place", "in-place, one table row", "out", "alloc", "apply"):
             v = t.get(name)
             if v is None:
                 continue
@@ -337,7 +325,7 @@ def threshold(quick: bool = False) -> dict:
     """Where the kernel beats NumPy, by number of elements of ``x``, both layouts and passes.
 
     Compared: the two implementations ``rope.apply`` dispatches to after validating its
-    arguments, ``rope._rotate_numpy`` and ``rope._rotate_numba`` (``kernels.rope_apply``
+    arguments, the core ``rope.rotate`` with ``backend="numpy"`` and ``"numba"`` (the kernel
     allocating its output), so the shared validation cost is left out of both. Shapes ``(1, 8, T, 128)``, float32, tables ``(T, 128)``.
     The crossing of a combination is the smallest size from which the kernel is faster at
     every larger measured size; the recommended threshold is the largest crossing.
@@ -357,8 +345,8 @@ def threshold(quick: bool = False) -> dict:
                 x = rng.standard_normal((1, 8, t, HEAD_DIM), dtype=np.float32)
                 cos, sin = rope.cos_sin(np.arange(t), freqs, layout=layout, dtype=np.float32)
                 times = interleaved_rounds({
-                    "numpy": lambda: rope._rotate_numpy(x, cos, sin, layout, inverse),
-                    "numba": lambda: rope._rotate_numba(x, cos, sin, layout, inverse),
+                    "numpy": lambda: rope.rotate(x, cos, sin, layout, inverse, "numpy"),
+                    "numba": lambda: rope.rotate(x, cos, sin, layout, inverse, "numba"),
                 }, repeats, warmup=2)
                 ratios.append({"elements": n, "numpy_us": times["numpy"] * 1e6, "numba_us": times["numba"] * 1e6,
                                "speedup": times["numpy"] / times["numba"]})
@@ -370,7 +358,7 @@ def threshold(quick: bool = False) -> dict:
             combos[f"{layout}/{direction}"] = {"sizes": ratios, "crossing_elements": crossing}
     crossings = [c["crossing_elements"] for c in combos.values()]
     recommended = None if None in crossings else max(crossings)
-    numpy_side = "rope._rotate_numpy"
+    numpy_side = 'rope.rotate(..., backend="numpy")'
     lines = ["| elements | " + " | ".join(combos) + " |", "|---:|" + "---:|" * len(combos)]
     for i, e in enumerate(exps):
         cells = []
@@ -378,7 +366,7 @@ def threshold(quick: bool = False) -> dict:
             r = c["sizes"][i]
             cells.append(f"{r['numpy_us']:.0f} / {r['numba_us']:.0f} us ({r['speedup']:.1f}x)")
         lines.append(f"| 2^{e} | " + " | ".join(cells) + " |")
-    md = (f"NumPy side: `{numpy_side}`; Numba side: `kernels.rope_apply` (allocates its output). "
+    md = (f"NumPy side: `{numpy_side}`; Numba side: `rope.rotate(..., backend=\"numba\")` (allocates its output). "
           f"Shapes (1, 8, T, 128) float32, median of {repeats}. Cells: NumPy / Numba time (speed-up). "
           f"Crossings: " + ", ".join(f"{k}: {v['crossing_elements']}" for k, v in combos.items())
           + f". Recommended `ROPE_NUMBA_MIN_ELEMENTS` = {recommended}.\n\n" + "\n".join(lines))

@@ -49,21 +49,21 @@ def batches(seed, n):
 # --------------------------------------------------------------------------- ours
 
 def _ours_stepper():
-    from posenc_np.layers import softmax_cross_entropy, softmax_cross_entropy_backward
+    from posenc_np.layers import softmax_cross_entropy_backward
     from posenc_np.model import ModelConfig, Transformer
-    from posenc_np.optim import Adam, clip_grad_norm
 
     c = CONFIG
     model = Transformer(ModelConfig(vocab_size=c["vocab_size"], d_model=c["d_model"], n_heads=c["n_heads"],
                                     n_layers=c["n_layers"], d_ff=c["d_ff"], max_len=c["seq_len"], position="learned",
                                     tied=True, dtype="float32", seed=0))
-    opt = Adam(model.params, lr=c["lr"], weight_decay=c["weight_decay"])
+    ops = model.ops  # the fused kernels (posenc_np.fused), as train() uses them
+    opt = ops.Adam(model.params, lr=c["lr"], weight_decay=c["weight_decay"])
 
     def step(tokens, targets):
         logits = model.forward(tokens)
-        loss, cache = softmax_cross_entropy(logits, targets)
+        loss, cache = ops.softmax_cross_entropy(logits, targets)
         model.backward(softmax_cross_entropy_backward(cache))
-        clip_grad_norm(model.grads, c["clip"])
+        ops.clip_grad_norm(model.grads, c["clip"])
         opt.step(model.grads)
         return loss
 

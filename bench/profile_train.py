@@ -33,23 +33,23 @@ SIZES = {
 
 
 def stepper(size: str, position: str):
-    from posenc_np.layers import softmax_cross_entropy, softmax_cross_entropy_backward
+    from posenc_np.layers import softmax_cross_entropy_backward
     from posenc_np.model import ModelConfig, Transformer
-    from posenc_np.optim import Adam, clip_grad_norm
 
     c = SIZES[size]
     model = Transformer(ModelConfig(vocab_size=64, d_model=c["d_model"], n_heads=c["n_heads"], n_layers=c["n_layers"],
                                     d_ff=c["d_ff"], max_len=c["seq_len"], position=position, tied=True,
                                     dtype="float32", seed=0))
-    opt = Adam(model.params, lr=1e-3, weight_decay=0.01)
+    ops = model.ops  # the fused kernels (posenc_np.fused), as train() uses them
+    opt = ops.Adam(model.params, lr=1e-3, weight_decay=0.01)
     rng = np.random.default_rng(0)
 
     def step():
         tokens = rng.integers(0, 64, size=(c["batch"], c["seq_len"] + 1))
         logits = model.forward(tokens[:, :-1])
-        _, cache = softmax_cross_entropy(logits, tokens[:, 1:])
+        _, cache = ops.softmax_cross_entropy(logits, tokens[:, 1:])
         model.backward(softmax_cross_entropy_backward(cache))
-        clip_grad_norm(model.grads, 1.0)
+        ops.clip_grad_norm(model.grads, 1.0)
         opt.step(model.grads)
 
     return step

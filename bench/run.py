@@ -8,7 +8,7 @@ skips them). Sections (all by default, in this order):
 ``roofline``   in-run memory bandwidth: NumPy copy, a Numba triad and an in-place scale, GB/s,
                with the write-allocate accounting stated (bench/roofline.py)
 ``rope``       RoPE forward/backward: NumPy reference vs the Numba kernel (allocating, into a
-               reused ``out``, in place, angles on the fly, q and k in one launch), both layouts,
+               reused ``out``, in place, the public ``rope.apply``, q and k in one launch), both layouts,
                L2-resident to DRAM-sized; torch eager and ``torch.compile``; plus the ``auto``
                threshold sweep (bench/bench_rope.py)
 ``alibi``      ALiBi causal attention: materialised NumPy vs fused Numba (and its one-pass /
