@@ -150,9 +150,25 @@ def test_version_3_changes_no_version_2_case_silently():
     renamed = {f"rope.cos_sin.long.{tag}" for tag in ("yarn.qwen2_5_7b_f4", "yarn.gpt_oss_20b_f32",
                                                       "longrope.phi3_mini_128k.short", "longrope.phi3_mini_128k.long",
                                                       "dynamic.d128_f2.seq32768", "proportional.d256_p0_25")}
+    # reference calls that name the length (dynamic NTK, LongRoPE) or the computation transformers lacks (DeBERTa)
+    at_length = {f"rope.inv_freq.{tag}" for tag in (
+        "dynamic.d64_f2.seq2048", "dynamic.d64_f2.seq6144", "dynamic.d128_f2.seq32768", "longrope.d16.seq4096_exactly_l0",
+        "longrope.d16.seq4097", "longrope.phi3_mini_128k.short.seq4096", "longrope.phi3_mini_128k.long.seq4097",
+        "longrope.phi3_mini_128k.long.seq131072")} | {"rope.apply.long.longrope.phi3_mini_128k.long"}
+    deberta = {"relative.deberta.relative_positions.q3_k6", "relative.deberta.relative_positions.q2_k20.b8_m12",
+               *(f"relative.deberta.c2p_p2c.{tag}.paper" for tag in ("q4_k4.c2p_p2c.span2", "q3_k6.c2p_p2c.b4_m6",
+                                                                     "q3_k5.p2c.span3"))}
+    # reference calls under their transformers 5.24 names, or the 4.x where they last exist (BERT, permute)
+    named = {"rope.axial.half.d16.grid3x4", "rope.convert_layout.half_to_interleaved.h2_d8_r4",
+             "rope.convert_layout.interleaved_to_half.h2_d8_r8", "rope.inv_freq.default.d128_neox_partial0_25",
+             "rope.inv_freq.default.d128_rope_theta500000", "rope.inv_freq.default.d64_base10000",
+             "rope.mrope.qwen2-vl.half.d16", "rope.mrope.qwen3-vl.half.d24",
+             "relative.bert.relative_key.p6.b1_h2_q1_k6_d4.decode", "relative.bert.relative_key.p6.b1_h2_q5_k5_d4",
+             "relative.bert.relative_key_query.p6.b1_h2_q5_k5_d4"}
     assert changed == {"alibi.slopes.n20", "kerple.bias.log.h3_q5_k5", "rope.cos_sin.long.ntk.d128_alpha8",
                        "rope.inv_freq.yarn.d16_zero_width_ramp", "rope.inv_freq.yarn.d64_mscale_no_truncate",
-                       *renamed, *(n for n in v2 if n.startswith(("relative.txl.", "sinusoidal.concat.")))}
+                       *renamed, *at_length, *deberta, *named,
+                       *(n for n in v2 if n.startswith(("relative.txl.", "sinusoidal.concat.")))}
     assert not any("LlamaRotaryEmbedding" in v3[n].reference_call for n in v3 if ".ntk." in n)
     # a float32 divergence keeps the Hugging Face name only where transformers' tables were measured
     # within one float32 step of it (tools/hf_float32_divergences.py); the values never change

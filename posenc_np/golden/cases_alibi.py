@@ -98,8 +98,17 @@ def _slope_divergences(n: int, max_bias: float) -> tuple:
         {"heads": heads}, {"slopes": bloom[heads]}),)
 
 
-def slopes_case(name: str, n: int, max_bias: float, description: str) -> CaseSpec:
-    """An ``alibi.slopes`` case for ``n`` heads."""
+def v3_slope_units(n: int) -> int:
+    """Version 3's float64 bound, in units ``u``, of the paper's slopes for ``n`` heads as BLOOM's
+    ``build_alibi_tensor`` and the paper's ``get_slopes`` compute them: the rounded base (relative error
+    ``u``) raised to powers up to ``P = max(2^k, 2 (n - 2^k) - 1)``, ``2^k <= n < 2^(k+1)`` (``P u``), then
+    ``pow`` and the product (``3u``). ``alibi.slopes.n20``: ``P = 16``, 19u."""
+    k = 1 << (n.bit_length() - 1)
+    return max(k, 2 * (n - k) - 1) + 3
+
+
+def slopes_case(name: str, n: int, max_bias: float, description: str, *, units: int | None = None) -> CaseSpec:
+    """An ``alibi.slopes`` case for ``n`` heads (float64 bound 5u, or ``units`` u: :func:`v3_slope_units`)."""
     return CaseSpec(
         name=name,
         encoding="alibi.slopes",
@@ -107,18 +116,28 @@ def slopes_case(name: str, n: int, max_bias: float, description: str) -> CaseSpe
         conventions=conventions(layout="(num_heads,)", sign="m_h > 0, subtracted per unit distance",
                                 semantics=PAPER if max_bias == 8.0 else PAPER + "; MPT gen_slopes alibi_bias_max"),
         inputs={},
-        tolerances=tol.rounded(rel64=SLOPE_REL64), error_model="rounded: float64 slopes within 5u, rounded once",
+        tolerances=tol.rounded(rel64=SLOPE_REL64 if units is None else units * tol.UNIT_ROUNDOFF["float64"]),
+        error_model=_slope_model(units),
         reference_call=REF_SLOPES if max_bias == 8.0 else "MPT (llm-foundry) gen_slopes(n_heads, alibi_bias_max)",
         known_divergences=_slope_divergences(n, max_bias),
         description=description,
     )
 
 
+def _slope_model(units: int | None) -> str:
+    if units is None:
+        return "rounded: float64 slopes within 5u, rounded once"
+    return (f"rounded: float64 slopes within {units}u (the rounded base raised to powers up to {units - 3}, pow and "
+            "one product), rounded once")
+
+
 def bias_case(name: str, form: str, h: int, ql: int, kl: int, off: int, description: str, *, slopes=None,
-              max_bias: float = 8.0) -> CaseSpec:
-    """An ``alibi.bias`` case: ``h`` heads, queries ``off .. off + ql - 1`` against keys ``0 .. kl - 1``."""
+              max_bias: float = 8.0, slope_units: int | None = None) -> CaseSpec:
+    """An ``alibi.bias`` case: ``h`` heads, queries ``off .. off + ql - 1`` against keys ``0 .. kl - 1``
+    (float64 bound 6u, or ``slope_units + 1`` u for slopes within ``slope_units`` u)."""
     largest = (1.0 if slopes is None else float(np.max(slopes))) * (kl + off + ql)
-    rel64 = BIAS_REL64 if slopes is None else tol.UNIT_ROUNDOFF["float64"]  # given slopes are exact inputs
+    rel64 = (tol.UNIT_ROUNDOFF["float64"] if slopes is not None  # given slopes are exact inputs
+             else BIAS_REL64 if slope_units is None else (slope_units + 1) * tol.UNIT_ROUNDOFF["float64"])
     return CaseSpec(
         name=name,
         encoding="alibi.bias",
@@ -127,8 +146,8 @@ def bias_case(name: str, form: str, h: int, ql: int, kl: int, off: int, descript
                                 sign=SIGNS[form], scale_placement=AFTER_SCALE, semantics=SEMANTICS[form]),
         inputs={} if slopes is None else {"slopes": slopes},
         tolerances=tol.rounded(rel64=rel64, ops=3, magnitude=largest),
-        error_model="rounded: slope times an exact integer distance (6u in float64); in a dtype the slope, "
-                    "the distance and the product round",
+        error_model=f"rounded: slope times an exact integer distance ({6 if slope_units is None else slope_units + 1}u "
+                    "in float64); in a dtype the slope, the distance and the product round",
         reference_call=REF_BIAS[form],
         description=description,
     )
@@ -215,6 +234,6 @@ def v3_changes() -> tuple[dict, list]:
     the paper's ``get_slopes`` in float64: the base ``2^(-1/2)`` is rounded (``u``) and raised to powers up
     to 16 (``16u``), then ``pow`` and the paper's product (``3u``): ``19u`` (both reach ``10u``)."""
     spec = next(s for s in cases() if s.name == "alibi.slopes.n20")
-    return {spec.name: {"tolerances": tol.rounded(rel64=19 * tol.UNIT_ROUNDOFF["float64"]),
+    return {spec.name: {"tolerances": tol.rounded(rel64=v3_slope_units(20) * tol.UNIT_ROUNDOFF["float64"]),
                         "error_model": "rounded: float64 slopes within 19u (the rounded base 2^(-1/2) raised to "
                                        "powers up to 16, pow and one product), rounded once"}}, []

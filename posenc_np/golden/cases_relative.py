@@ -11,6 +11,7 @@ taken from the case's shapes and largest inputs).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -294,9 +295,21 @@ def cases() -> list[CaseSpec]:
     return out
 
 
+#: Version 3: transformers 5 removed BERT's relative position types (huggingface/transformers#41170).
+BERT_REMOVED = ("transformers 4.x ", " (removed in transformers 5.0, huggingface/transformers#41170)")
+
+
+def _v3_bert(spec: CaseSpec) -> CaseSpec:
+    return replace(spec, reference_call=BERT_REMOVED[0] + spec.reference_call.removeprefix("transformers ")
+                   + BERT_REMOVED[1])
+
+
 def v3_changes() -> tuple[dict, list]:
-    """Version 3 (catalogue docstring): no version-2 case changes; second cases for the golden audit's Shaw
-    ``scale``/``k_len`` and BERT ``mode`` rows (docs/golden-format.md, "The suite's teeth"): Shaw logits for
-    a decode-like block with another scale, and ``relative_key_query`` for one query against six keys."""
-    return {}, [shaw_logits_case(np.random.default_rng(20261207), 3, 4, 2, 3, 6, 0.25),
-                _bert_case("relative_key_query", 1, 6, ".decode", 20261208)]
+    """Version 3 (catalogue docstring): the BERT cases name transformers 4.x, where ``relative_key`` and
+    ``relative_key_query`` last exist; second cases for the golden audit's Shaw ``scale``/``k_len`` and BERT
+    ``mode`` rows (docs/golden-format.md, "The suite's teeth"): Shaw logits for a decode-like block with
+    another scale, and ``relative_key_query`` for one query against six keys."""
+    fields = {s.name: {"reference_call": _v3_bert(s).reference_call} for s in cases()
+              if s.encoding == "bert_relative"}
+    return fields, [shaw_logits_case(np.random.default_rng(20261207), 3, 4, 2, 3, 6, 0.25),
+                    _v3_bert(_bert_case("relative_key_query", 1, 6, ".decode", 20261208))]

@@ -354,12 +354,36 @@ def cases() -> list[CaseSpec]:
     return _txl_cases(rng) + _deberta_bucket_cases() + _deberta_position_cases() + _deberta_score_cases(rng)
 
 
+#: Version 3: DeBERTa relative positions with the case's default alignment (no ``query_offset``, q_len != k_len).
+BOTTOM_RIGHT = ("n/a (queries aligned bottom-right, query i at position k_len - q_len + i: rel[i, j] = k_len - q_len "
+                "+ i - j, then make_log_bucket_position when bucket_size > 0; transformers.models.deberta_v2."
+                "modeling_deberta_v2.build_relative_position places query i at i, which the .offset0 cases check)")
+#: Version 3: DeBERTa scores with the paper's p2c index, which transformers does not compute.
+DEBERTA_PAPER = ("n/a (He et al. 2021, DeBERTa eq. 4 with the case's alignment: c2p[i, j] = q_i . pos_key[clamp(rel_ij "
+                 "+ span)], p2c[i, j] = k_j . pos_query[clamp(-rel_ij + span)]; transformers DebertaV2 "
+                 "DisentangledSelfAttention indexes p2c by clamp(rel_ij + span), the .hf cases, and needs "
+                 "q_len == k_len for p2c)")
+
+
+def v3_reference(spec: CaseSpec) -> str:
+    """Version 3's reference call of a DeBERTa case: what computes it, where transformers does not."""
+    p = spec.params
+    if spec.encoding == "relative.deberta.relative_positions" and "query_offset" not in p and p["q_len"] != p["k_len"]:
+        return BOTTOM_RIGHT
+    if spec.encoding == "relative.deberta.c2p_p2c" and p["p2c_index"] == "paper" and "p2c" in p["pos_att_type"]:
+        return DEBERTA_PAPER
+    return spec.reference_call
+
+
 def v3_changes() -> tuple[dict, list]:
     """Version 3 (catalogue docstring): the Transformer-XL reference calls name kimiyoung/transformer-xl's
     ``RelPartialLearnableMultiHeadAttn`` (pytorch/mem_transformer.py), not transformers' TransfoXL, which
-    transformers 5 removed (it was deprecated in 4.35)."""
+    transformers 5 removed (it was deprecated in 4.35); DeBERTa cases that transformers does not compute
+    (bottom-right positions, the paper's p2c index) name the computation they hold."""
     fields = {s.name: {"reference_call": _v3_reference(s.reference_call)} for s in cases()
               if TRANSFO_XL in s.reference_call}
+    fields.update({s.name: {"reference_call": v3_reference(s)} for s in cases()
+                   if v3_reference(s) != s.reference_call})
     # second cases for the golden audit's clamp_len, p2c_index, max_position and query_offset rows
     # (docs/golden-format.md, "The suite's teeth")
     rng = np.random.default_rng(20261205)
@@ -375,7 +399,7 @@ def v3_changes() -> tuple[dict, list]:
            relative_positions_case("relative.deberta.relative_positions.q2_k20.b8_m12.offset0", 2, 20, 8, 12,
                                    "DeBERTa relative positions query - key; query_offset=0 with log buckets b=8, M=12 "
                                    "(queries at 0 and 1, clamped beyond bucket 7)", query_offset=0)]
-    return fields, new
+    return fields, [replace(c, reference_call=v3_reference(c)) for c in new]
 
 
 TRANSFO_XL = "transformers TransfoXL"

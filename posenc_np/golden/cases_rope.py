@@ -48,6 +48,36 @@ from .spec import (
 HF = "Hugging Face transformers 5.x"
 ROFORMER = "RoFormer (Su et al. 2021) eq. 13-15"
 HF_INIT = "transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS[{!r}](config)"
+#: Version 3: the frequencies of a rope type that depends on the length, at the case's ``seq_len``.
+HF_INIT_AT = "transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS[{!r}](config, device, seq_len={})"
+#: Version 3: tables at a fixed length, where LlamaRotaryEmbedding's forward would take another one.
+HF_TABLES_AT = ("transformers LlamaRotaryEmbedding tables at a fixed length: inv_freq, attention_scaling = "
+                "ROPE_INIT_FUNCTIONS[{!r}](config, device, seq_len={}); cos, sin = cos, sin of cat(freqs, freqs) "
+                "* attention_scaling with freqs = positions * inv_freq (per pair: cos[..., :d/2]); "
+                "LlamaRotaryEmbedding(config)(x, position_ids) itself takes seq_len = max(position_ids) + 1 = {}")
+#: Version 3: the rotation with those tables.
+HF_APPLY_ON = "transformers.models.llama.modeling_llama.apply_rotary_pos_emb(q, k, cos, sin) on the"
+#: rope types whose frequencies depend on the length the call is made for
+LENGTH_DEPENDENT = ("dynamic", "longrope")
+#: Version 3: reference calls under the names transformers 5.24.0 gives them (or the 4.x they last exist in).
+V3_NAMES = {
+    HF_INIT.format("default"): "transformers.models.llama.modeling_llama.LlamaRotaryEmbedding."
+                               "compute_default_rope_parameters(config) (ROPE_INIT_FUNCTIONS has no 'default' in 5.x)",
+    "transformers convert_llama_weights_to_hf.permute(w, n_heads, dim1, dim2)":
+        "transformers 4.x models/llama/convert_llama_weights_to_hf.py permute(w, n_heads, dim1, dim2) (the 5.24 "
+        "wheel ships no conversion scripts)",
+    "transformers Qwen2VL VisionRotaryEmbedding + apply_rotary_pos_emb_vision; dx: autograd VJP":
+        "transformers.models.qwen2_vl.modeling_qwen2_vl.Qwen2VLVisionRotaryEmbedding + apply_rotary_pos_emb_vision; "
+        "dx: autograd VJP",
+    "transformers.models.qwen2_vl.modeling_qwen2_vl.apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section); "
+    "dx: autograd VJP":
+        "transformers.models.qwen2_vl.modeling_qwen2_vl.Qwen2VLRotaryEmbedding(config)(x, position_ids) "
+        "(recomposition_frequencies by mrope_section) + apply_rotary_pos_emb(q, k, cos, sin); dx: autograd VJP "
+        "(transformers 4.x: apply_multimodal_rotary_pos_emb(q, k, cos, sin, mrope_section))",
+    "transformers Qwen3VL text rotary embedding (interleaved mrope_section); dx: autograd VJP":
+        "transformers.models.qwen3_vl.modeling_qwen3_vl.Qwen3VLTextRotaryEmbedding(config)(x, position_ids) "
+        "(interleaved recomposition_frequencies) + apply_rotary_pos_emb(q, k, cos, sin); dx: autograd VJP",
+}
 HF_COS_SIN = "transformers LlamaRotaryEmbedding(config)(x, position_ids) -> (cos, sin) (per pair: cos[..., :d/2])"
 META_CIS = "Meta llama precompute_freqs_cis(dim, end, theta) (real part cos, imaginary part sin)"
 HF_APPLY = "transformers.models.llama.modeling_llama.apply_rotary_pos_emb(q, k, cos, sin); dx: its autograd VJP"
@@ -397,12 +427,14 @@ def _inv_freq_cases() -> list[CaseSpec]:
 
 
 def table_case(name, params, positions, semantics, description, *, scale="n/a", divergences=()) -> CaseSpec:
-    """A ``rope.cos_sin`` case with the table error model."""
+    """A ``rope.cos_sin`` case with the table error model (Meta's tables have no scaling: a scaled interleaved
+    case names transformers' tables per pair, as DeepSeek's own rotary module computes them)."""
     layout = params["layout"]
     return CaseSpec(
         name=name, encoding="rope.cos_sin", params=params, conventions=rope_conventions(layout, semantics, scale),
         inputs={"positions": positions}, tolerances=table_tolerances(params, positions), error_model=TABLE_MODEL,
-        reference_call=HF_COS_SIN if layout == "half" else META_CIS, known_divergences=tuple(divergences),
+        reference_call=HF_COS_SIN if layout == "half" or _kind(params) != "default" else META_CIS,
+        known_divergences=tuple(divergences),
         description=description)
 
 
@@ -730,6 +762,23 @@ def _renamed_float32_divergences(spec: CaseSpec) -> tuple:
                  for d in spec.known_divergences)
 
 
+def v3_reference(spec: CaseSpec) -> str:
+    """Version 3's reference call of ``spec``: the names of :data:`V3_NAMES`; for dynamic NTK and LongRoPE,
+    the frequencies at the case's ``seq_len`` named in the call, and tables (and rotations with them) whose
+    positions do not end at ``seq_len - 1`` from :data:`HF_TABLES_AT` (LlamaRotaryEmbedding would take its
+    length from the positions)."""
+    kind, seq_len = _kind(spec.params), spec.params.get("seq_len")
+    if kind not in LENGTH_DEPENDENT or seq_len is None:
+        return V3_NAMES.get(spec.reference_call, spec.reference_call)
+    if spec.encoding == "rope.inv_freq":
+        return HF_INIT_AT.format(kind, seq_len)
+    longest = int(np.max(spec.inputs["positions"])) + 1
+    if longest == seq_len or spec.reference_call not in (HF_COS_SIN, HF_APPLY):
+        return spec.reference_call
+    tables = HF_TABLES_AT.format(kind, seq_len, longest)
+    return tables if spec.encoding == "rope.cos_sin" else f"{HF_APPLY_ON} {tables}; dx: its autograd VJP"
+
+
 def v3_changes() -> tuple[dict, list]:
     """Version 3 (catalogue docstring): the ``ntk`` tables name what computes them, two YaRN descriptions
     quote their ranges from the parameters, the float32 divergences of rope types outside
@@ -739,6 +788,8 @@ def v3_changes() -> tuple[dict, list]:
     old = {s.name: s for s in cases()}
     fields = {n: {"reference_call": NTK_REFERENCE} for n, s in old.items()
               if _kind(s.params) == "ntk" and s.encoding == "rope.cos_sin"}
+    fields.update({n: {"reference_call": v3_reference(s)} for n, s in old.items()
+                   if v3_reference(s) != s.reference_call})
     for name, spec in old.items():
         if spec.known_divergences and _kind(spec.params) not in HF_FAITHFUL:
             fields.setdefault(name, {})["known_divergences"] = _renamed_float32_divergences(spec)
@@ -783,7 +834,7 @@ def v3_changes() -> tuple[dict, list]:
         x, dy = exact_normals(rng, (p.size, head)), exact_normals(rng, (p.size, head))
         new.append(apply_case(f"rope.apply.half.{tag}", params, p, x, dy, f"{HF} {_kind(params)}",
                               f"{desc}; y = R x and dx = R^T dy, x of shape ({p.size}, {head})"))
-    return fields, new + _v3_audit_cases(pos)
+    return fields, [replace(c, reference_call=v3_reference(c)) for c in new + _v3_audit_cases(pos)]
 
 
 def _v3_audit_cases(pos) -> list[CaseSpec]:

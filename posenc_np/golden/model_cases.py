@@ -29,7 +29,8 @@ APPLY_CALLS = {
     "gptj": "transformers.models.gptj.modeling_gptj.apply_rotary_pos_emb(tensor, sin, cos) (rotate_every_two)",
     "deepseek_v2": "transformers.models.deepseek_v2.modeling_deepseek_v2.apply_rotary_emb(xq, xk, freqs_cis)",
     "deepseek_v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.apply_rotary_pos_emb_interleave(q, k, cos, "
-                   "sin)"}
+                   "sin), its output re-interleaved (it returns cat(rotated even channels, rotated odd channels), a "
+                   "permutation that leaves q . k unchanged; y[..., 0::2] and y[..., 1::2] are its two halves)"}
 
 
 def cases_for(config: PositionalSetup) -> list[CaseSpec]:
@@ -38,7 +39,14 @@ def cases_for(config: PositionalSetup) -> list[CaseSpec]:
         raise ValueError(f"{config.source}: 'max_position_embeddings' is missing: the context the cases' positions "
                          "must reach is unknown")
     builders = {"rope": _rope_cases, "alibi": _alibi_cases, "t5": _t5_cases, "deberta": _deberta_cases}
-    return builders[config.family](config)
+    return [_named_as_in_version_3(c) for c in builders[config.family](config)]
+
+
+def _named_as_in_version_3(spec: CaseSpec) -> CaseSpec:
+    """``spec`` with the reference call version 3 gives its catalogue siblings (docs/golden-format.md)."""
+    for family in (cases_rope, cases_relative_xl):
+        spec = replace(spec, reference_call=family.v3_reference(spec))
+    return spec
 
 
 def _signed_range(limit: int, far: int) -> np.ndarray:
@@ -112,12 +120,14 @@ def _alibi_cases(config: PositionalSetup) -> list[CaseSpec]:
     a = config.alibi
     n, form = a["num_heads"], a["form"]
     keys = min(config.context, MAX_BIAS_VALUES // n)
+    units = cases_alibi.v3_slope_units(n) if a["max_bias"] == 8.0 else None  # the paper's (BLOOM's) construction
     return [
         cases_alibi.slopes_case("model.alibi.slopes", n, a["max_bias"],
-                                f"{config.model_type}: ALiBi slopes of {n} heads, max_bias {a['max_bias']:g}"),
+                                f"{config.model_type}: ALiBi slopes of {n} heads, max_bias {a['max_bias']:g}",
+                                units=units),
         cases_alibi.bias_case(f"model.alibi.bias.{form}.last_query", form, n, 1, keys, keys - 1,
                               f"{config.model_type}: ALiBi bias ({form} form) of the query at position {keys - 1} "
-                              f"against keys 0..{keys - 1}", max_bias=a["max_bias"]),
+                              f"against keys 0..{keys - 1}", max_bias=a["max_bias"], slope_units=units),
     ]
 
 
