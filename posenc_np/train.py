@@ -578,24 +578,42 @@ def evaluate(model: Transformer, tokens: ArrayLike, targets: ArrayLike, *, batch
     if beyond is not None:
         beyond = check_int(beyond, "beyond", minimum=0)
     ops = getattr(model, "ops", NUMPY)
-    correct = scored = seq_ok = correct_beyond = scored_beyond = 0
-    loss_sum = 0.0
+    scores = Scores(beyond)
     for i in range(0, len(tokens), batch_size):
         tok, tgt = tokens[i:i + batch_size], targets[i:i + batch_size]
         logits = model.forward(tok)
-        keep = tgt != -100
-        loss, _ = ops.softmax_cross_entropy(logits, tgt)
-        loss_sum += loss * keep.sum()
-        hit = (logits.argmax(-1) == tgt) & keep
-        correct += int(hit.sum())
-        scored += int(keep.sum())
-        seq_ok += int(np.all(hit | ~keep, axis=1).sum())
-        if beyond is not None:
-            correct_beyond += int(hit[:, beyond:].sum())
-            scored_beyond += int(keep[:, beyond:].sum())
-    out = {"token_accuracy": correct / scored if scored else None,
-           "exact_match": seq_ok / len(tokens) if len(tokens) else None,
-           "loss": loss_sum / scored if scored else None, "n_sequences": len(tokens), "n_scored": scored}
-    if beyond is not None:
-        out["token_accuracy_beyond"] = correct_beyond / scored_beyond if scored_beyond else None
-    return out
+        scores.add(logits, tgt, ops.softmax_cross_entropy(logits, tgt)[0])
+    return scores.result()
+
+
+class Scores:
+    """Running teacher-forced metrics of :func:`evaluate` over batches: ``add(logits, targets, loss)`` per
+    batch (``loss`` the batch's mean cross-entropy over the scored positions, ``targets != -100``), then
+    ``result()``. The study's evaluation adds its own per-position loss to the same tally."""
+
+    def __init__(self, beyond: int | None = None) -> None:
+        self.beyond = beyond
+        self.correct = self.scored = self.seq_ok = self.correct_beyond = self.scored_beyond = self.n_sequences = 0
+        self.loss_sum = 0.0
+
+    def add(self, logits: np.ndarray, targets: np.ndarray, loss: float) -> None:
+        keep = targets != -100
+        self.loss_sum += loss * keep.sum()
+        hit = (logits.argmax(-1) == targets) & keep
+        self.correct += int(hit.sum())
+        self.scored += int(keep.sum())
+        self.seq_ok += int(np.all(hit | ~keep, axis=1).sum())
+        self.n_sequences += len(targets)
+        if self.beyond is not None:
+            self.correct_beyond += int(hit[:, self.beyond:].sum())
+            self.scored_beyond += int(keep[:, self.beyond:].sum())
+
+    def result(self) -> dict:
+        scored = self.scored
+        out = {"token_accuracy": self.correct / scored if scored else None,
+               "exact_match": self.seq_ok / self.n_sequences if self.n_sequences else None,
+               "loss": self.loss_sum / scored if scored else None, "n_sequences": self.n_sequences,
+               "n_scored": scored}
+        if self.beyond is not None:
+            out["token_accuracy_beyond"] = self.correct_beyond / self.scored_beyond if self.scored_beyond else None
+        return out

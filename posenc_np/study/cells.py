@@ -27,7 +27,7 @@ import numpy as np
 from .._version import __version__
 from ..model import ModelConfig, Transformer
 from ..optim import Adam
-from ..train import train
+from ..train import Scores, train
 from ..layers import softmax_cross_entropy
 from .config import NGRAM, StudyConfig, eval_seed, fit_seed, scaling_dict
 from .corpus import VOCAB_SIZE, LMWindows, corpus_digests, eval_windows, load_corpus
@@ -221,8 +221,7 @@ def _evaluate(model, tokens, targets, batch_size: int, *, beyond: int | None = N
     with ``positions_rng`` every batch gets a sorted sample of positions from
     ``0 .. position_range - 1`` (randomized positions); with ``bins`` the mean loss per position
     bin (``bins`` equal bins of the window)."""
-    correct = scored = seq_ok = correct_beyond = scored_beyond = 0
-    loss_sum = 0.0
+    scores = Scores(beyond)
     T = tokens.shape[1]
     pos_loss, pos_count = np.zeros(T), np.zeros(T)
     for i in range(0, len(tokens), batch_size):
@@ -232,28 +231,16 @@ def _evaluate(model, tokens, targets, batch_size: int, *, beyond: int | None = N
             logits = model.forward(tok, positions=positions)
         else:
             logits = model.forward(tok)
-        keep = tgt != IGNORE
-        loss, _ = softmax_cross_entropy(logits, tgt)
-        loss_sum += loss * keep.sum()
+        scores.add(logits, tgt, softmax_cross_entropy(logits, tgt)[0])
         if bins:
+            keep = tgt != IGNORE
             z = logits.astype(np.float64)
             z = z - z.max(-1, keepdims=True)
             logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
             nll = -np.take_along_axis(logp, np.where(keep, tgt, 0)[..., None], -1)[..., 0]
             pos_loss += np.where(keep, nll, 0.0).sum(0)
             pos_count += keep.sum(0)
-        hit = (logits.argmax(-1) == tgt) & keep
-        correct += int(hit.sum())
-        scored += int(keep.sum())
-        seq_ok += int(np.all(hit | ~keep, axis=1).sum())
-        if beyond is not None:
-            correct_beyond += int(hit[:, beyond:].sum())
-            scored_beyond += int(keep[:, beyond:].sum())
-    out = {"token_accuracy": correct / scored if scored else None,
-           "exact_match": seq_ok / len(tokens) if len(tokens) else None,
-           "loss": loss_sum / scored if scored else None, "n_sequences": len(tokens), "n_scored": scored}
-    if beyond is not None:
-        out["token_accuracy_beyond"] = correct_beyond / scored_beyond if scored_beyond else None
+    out = scores.result()
     if bins:
         edges = np.linspace(0, T, bins + 1).astype(int)
         out["position_loss"] = [float(pos_loss[a:b].sum() / max(pos_count[a:b].sum(), 1)) for a, b in
