@@ -165,9 +165,11 @@ def test_version_3_changes_no_version_2_case_silently():
              "rope.mrope.qwen2-vl.half.d16", "rope.mrope.qwen3-vl.half.d24",
              "relative.bert.relative_key.p6.b1_h2_q1_k6_d4.decode", "relative.bert.relative_key.p6.b1_h2_q5_k5_d4",
              "relative.bert.relative_key_query.p6.b1_h2_q5_k5_d4"}
+    # a description generated from the parameters where version 2 typed a number wrong (34.99 for 34.98)
+    described = {"rope.inv_freq.llama3.d128_base500000"}
     assert changed == {"alibi.slopes.n20", "kerple.bias.log.h3_q5_k5", "rope.cos_sin.long.ntk.d128_alpha8",
                        "rope.inv_freq.yarn.d16_zero_width_ramp", "rope.inv_freq.yarn.d64_mscale_no_truncate",
-                       *renamed, *at_length, *deberta, *named,
+                       *renamed, *at_length, *deberta, *named, *described,
                        *(n for n in v2 if n.startswith(("relative.txl.", "sinusoidal.concat.")))}
     assert not any("LlamaRotaryEmbedding" in v3[n].reference_call for n in v3 if ".ntk." in n)
     # a float32 divergence keeps the Hugging Face name only where transformers' tables were measured

@@ -798,6 +798,8 @@ def v3_changes() -> tuple[dict, list]:
                                         "explicit attention_factor wins"}
     fields[msc.name] = {"description": f"factor None -> 16384/4096 = 4; untruncated ramp {_yarn_range(msc.params)}; "
                                        "attention factor g(4,1)/g(4,0.707)"}
+    llama31 = old["rope.inv_freq.llama3.d128_base500000"]
+    fields[llama31.name] = {"description": f"LLaMA-3.1: {_llama3_bands_text(llama31.params, 2)}"}
     rng = np.random.default_rng(20261203)
     yarn_p = {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
               "partial_rotary_factor": 0.5, "mscale": 1.0, "mscale_all_dim": 0.707}
@@ -837,6 +839,19 @@ def v3_changes() -> tuple[dict, list]:
     return fields, [replace(c, reference_call=v3_reference(c)) for c in new + _v3_audit_cases(pos)]
 
 
+def _llama3_bands_text(params, digits: int) -> str:
+    """The band counts and band edges of a llama3 case, as its description quotes them: the edges are the
+    pair index ``i`` where the wavelength ``2 pi base^(2i/d)`` reaches ``L0 / high_freq_factor`` and
+    ``L0 / low_freq_factor``."""
+    sc, d, base = params["scaling"], params["rotary_dim"], params["base"]
+    kept, blended, divided = np.bincount(rope.llama3_bands(d, base, sc), minlength=3)
+    L0 = sc["original_max_position_embeddings"]
+    lo, hi = (d / 2 * math.log(L0 / f / (2 * math.pi)) / math.log(base)
+              for f in (sc["high_freq_factor"], sc["low_freq_factor"]))
+    return (f"{kept} kept, {blended} blended, {divided} divided by {sc['factor']:g} (band_counts); band edges "
+            f"i = {lo:.{digits}f} and {hi:.{digits}f} are away from integers")
+
+
 def _v3_audit_cases(pos) -> list[CaseSpec]:
     """Version 3's cases that give each parameter the golden audit perturbs a second catching case
     (docs/golden-format.md, "The suite's teeth"): llama3, longrope, untruncated-YaRN and ntk tables and
@@ -871,11 +886,9 @@ def _v3_audit_cases(pos) -> list[CaseSpec]:
             x, dy = exact_normals(rng, (p.size, head)), exact_normals(rng, (p.size, head))
             out.append(apply_case(f"rope.apply.half.{tag}", params, p, x, dy, f"{HF} {_kind(params)}",
                                   f"{desc}; y = R x and dx = R^T dy, x of shape ({p.size}, {head})"))
-    kept, blended, divided = np.bincount(rope.llama3_bands(64, 10000.0, llama), minlength=3)
     out += [inv_freq_case("rope.inv_freq.llama3.d64_f4", rope_params(64, 10000.0, llama),
-                          f"{HF} llama3 (Meta apply_scaling)", f"LLaMA-3 scaling at d=64, factor 4: {kept} kept, "
-                          f"{blended} blended, {divided} divided by 4 (band_counts); band edges i = 20.1 and 24.9 are "
-                          "away from integers"),
+                          f"{HF} llama3 (Meta apply_scaling)", f"LLaMA-3 scaling at d=64, factor 4: "
+                          f"{_llama3_bands_text(rope_params(64, 10000.0, llama), 1)}"),
             inv_freq_case("rope.inv_freq.ntk.d32_alpha4", rope_params(32, 10000.0, {"rope_type": "ntk", "alpha": 4.0}),
                           "static NTK-aware (x-transformers / rotary-embedding-torch theta_rescale_factor); not a HF "
                           "type", "base -> base * 4^(32/30)"),
