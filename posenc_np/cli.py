@@ -119,7 +119,8 @@ def _suite(text: str) -> int:
     return int(text[1])
 
 
-def _jobs(text: str) -> int:
+def positive_int(text: str) -> int:
+    """An argparse ``type``: ``text`` as an integer >= 1 (also the study's options)."""
     try:
         value = int(text)
     except ValueError:
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--only", nargs="+", metavar="NAME", help="case names or glob patterns (e.g. 'rope.*')")
     gen.add_argument("--no-progress", action="store_true",
                      help="no progress on stderr (shown only when stderr is a terminal anyway)")
-    gen.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    gen.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                      help="processes evaluating the oracle (default: the number of CPUs); the files do not "
                           "depend on it")
     gen.add_argument("--hf-config", metavar="CONFIG_JSON",
@@ -209,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "scaling, ALiBi, T5 or DeBERTa buckets) instead of the library's catalogue, with "
                           "positions reaching the model's context; verify them with the same --hf-config")
     gen.set_defaults(func=_golden_generate)
-    max_position = {"type": _jobs, "metavar": "P", "help": "with --hf-config: the largest position the cases reach "
+    max_position = {"type": positive_int, "metavar": "P", "help": "with --hf-config: the largest position the cases reach "
                     "(default: the config's context); give verify the same"}
     gen.add_argument("--max-position", **max_position)
     ver = gsub.add_parser("verify", help="check a suite against the catalogue and the library",

@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from ..cli import positive_int
+
 if TYPE_CHECKING:
     from .config import StudyConfig
 
@@ -26,16 +28,6 @@ INT_OPTIONS = {"seeds": "seeds per cell", "steps": "task training steps per roun
 #: Comma-separated list options, one field each.
 LIST_OPTIONS = {"parts": "subset of tasks,lm,rope_scaling", "encodings": "encodings (default: every registered one)",
                 "tasks": "tasks (copy, reverse, lag)", "training": "training options (fixed, varying, randomized)"}
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
 
 
 def _names(text: str) -> list[str]:
@@ -93,7 +85,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ext.add_argument("--seed", type=int, default=0, help="base random seed")
     for name, text in INT_OPTIONS.items():
         if name != "jobs":
-            ext.add_argument(f"--{name.replace('_', '-')}", type=_positive, metavar="N", help=text)
+            ext.add_argument(f"--{name.replace('_', '-')}", type=positive_int, metavar="N", help=text)
     for name, text in LIST_OPTIONS.items():
         ext.add_argument(f"--{name}", type=_names, metavar="A,B", help=f"comma-separated {text}")
     ext.add_argument("--plugin", metavar="MODULE", action="append",
@@ -101,8 +93,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ext.add_argument("--corpus", metavar="FILE",
                      help="LM corpus: a text file (its last 10 %% held out) instead of the standard library's source")
     where = ext.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=_positive, metavar="N", help=INT_OPTIONS["jobs"] + " (default 2)")
-    where.add_argument("--dask-workers", type=_positive, metavar="N",
+    where.add_argument("--jobs", type=positive_int, metavar="N", help=INT_OPTIONS["jobs"] + " (default 2)")
+    where.add_argument("--dask-workers", type=positive_int, metavar="N",
                        help="run on a local Dask cluster of N single-threaded workers (extra 'dask')")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="run on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (workers: --nthreads 1)")
