@@ -118,9 +118,12 @@ def test_grid_covers_the_registry_every_option_and_seed_with_distinct_seeds():
     cells = grid(cfg, {"train_sha256": "x", "held_out_sha256": "y"})
     n_abs = sum(a.absolute for a in REGISTRY.values())
     n_rel = len(REGISTRY) - n_abs
-    n_pos = sum("randomized_max_len" in e.options for e in REGISTRY.values())  # encodings that take positions
-    per_task = (n_rel + 3 * n_abs) + (n_rel + n_abs) + n_pos  # fixed: every fusion; others: the first fusion
-    assert sum(c["part"] == "tasks" for c in cells) == per_task * len(cfg.tasks) * 3
+    per_task = (n_rel + 3 * n_abs) + (n_rel + n_abs) + 2  # fixed: every fusion; others: the first fusion
+    assert sum(c["part"] == "tasks" for c in cells) == per_task * len(cfg.tasks) * 3  # randomized: learned, rope
+    assert {c["encoding"] for c in cells if c.get("training") == "randomized"} == {"learned", "rope"}
+    every = grid(StudyConfig(training=("randomized",), randomized_encodings=[
+        e for e, entry in REGISTRY.items() if "randomized_max_len" in entry.options], parts=("tasks",)))
+    assert {c["encoding"] for c in every} == {e for e, entry in REGISTRY.items() if "randomized_max_len" in entry.options}
     assert sum(c["part"] == "lm" for c in cells) == len(REGISTRY) * 3 + 1  # + the n-gram baseline
     assert [cell_id(c) for c in cells if c["encoding"] == "ngram"] == ["lm__ngram"]
     assert sum(c["part"] == "rope_scaling" for c in cells) == 3

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = {"seeds": 2, "tasks": ["lag"], "train_len": 3, "alphabet": 4, "d_model": 8, "n_heads": 2, "n_layers": 1,
         "d_ff": 8, "steps": 3, "batch_size": 4, "eval_sequences": 4, "eval_factors": (1, 2), "fit_sequences": 4,
         "lm_train_len": 8, "lm_eval_factors": (1, 2), "lm_steps": 2, "lm_batch_size": 2, "lm_eval_tokens": 32,
-        "randomized_range": 64, "jobs": 1, "fit_rounds": 1}
+        "randomized_range": 64, "jobs": 1, "fit_rounds": 1, "randomized_fit_rounds": 1}
 
 
 # --------------------------------------------------------------------------- n-gram baseline
@@ -90,6 +90,9 @@ def test_tasks_train_until_they_fit_or_the_rounds_run_out():
     recs = study_cells.run_cell(d, cell)["records"]
     assert recs[0]["rounds"] == 3 and recs[0]["train_steps"] == 9 and not recs[0]["fitted"]
     assert [s for s, _ in recs[0]["curve"]] == list(range(1, 10)) and len(recs[0]["fit_check"]) == 3
+    cfg, cell, d = _task_cell(fit_rounds=3, randomized_fit_rounds=5, fit_accuracy=1.5, training=("randomized",))
+    recs = study_cells.run_cell(d, cell)["records"]  # randomized positions: their own budget
+    assert cell["training"] == "randomized" and recs[0]["rounds"] == 5 and recs[0]["train_steps"] == 15
 
 
 def test_randomized_positions_are_sampled_in_training_and_evaluation(monkeypatch):

@@ -8,7 +8,8 @@ the count changes how OpenBLAS splits products, see ``docs/model.md``), so its n
 same bit for bit in-process, in a pool worker or on a Dask worker of the same machine type and
 NumPy/BLAS build. Every randomness comes from the cell's seeds.
 
-Task cells train *until they fit*: up to ``fit_rounds`` rounds of ``steps`` steps (each round
+Task cells train *until they fit*: up to ``fit_rounds`` rounds (``randomized_fit_rounds`` with
+randomized positions) of ``steps`` steps (each round
 a warm-up and cosine cycle, the optimizer state carried over), stopping after the first round
 whose token accuracy at the training size, on a fit-check set drawn apart from the held-out
 sets, reaches ``fit_accuracy``. Randomized-position cells (Ruoss et al. 2023) sample their
@@ -291,7 +292,7 @@ def _tasks_cell(cfg: StudyConfig, cell: dict) -> list[dict]:
     fit_tokens, fit_targets = fit_task.sample(np.random.default_rng(fit_seed(cfg.seed, cell["task"], fit_task.n)),
                                               cfg.fit_sequences)
     history, seconds, fits = [], 0.0, []
-    for _ in range(cfg.fit_rounds):
+    for _ in range(cfg.rounds(cell["training"])):
         hist, dt = _train(model, train_task, cfg.steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=cfg.warmup,
                           cfg=cfg, seed=cell["seed"], rng=rng, optimizer=opt)
         history += hist

@@ -2,6 +2,7 @@
 
 ``posenc-np study extrapolation --out DIR [--quick | --full | --lm-large] [--seeds K] [--seed N]
 [--parts P,...] [--encodings E,...] [--tasks T,...] [--training O,...] [--steps N] [--fit-rounds N]
+[--randomized-fit-rounds N] [--randomized-encodings E,...]
 [--lm-steps N] [--d-model N] [--n-heads N] [--n-layers N] [--d-ff N] [--plugin MODULE] [--corpus FILE]
 [--jobs N | --dask-workers N | --scheduler ADDRESS] [--publish DOCS_DIR] [--no-progress]``
 
@@ -23,11 +24,13 @@ __all__ = ["add_parser", "config_from_args"]
 #: Integer options that set one :class:`~posenc_np.study.config.StudyConfig` field each.
 INT_OPTIONS = {"seeds": "seeds per cell", "steps": "task training steps per round",
                "fit_rounds": "task training rounds at most (training stops once the model fits L)",
+               "randomized_fit_rounds": "the same with randomized positions",
                "lm_steps": "LM training steps", "d_model": "model width", "n_heads": "attention heads",
                "n_layers": "layers", "d_ff": "MLP width", "jobs": "local worker processes (1 runs in this process)"}
 #: Comma-separated list options, one field each.
 LIST_OPTIONS = {"parts": "subset of tasks,lm,rope_scaling", "encodings": "encodings (default: every registered one)",
-                "tasks": "tasks (copy, reverse, lag)", "training": "training options (fixed, varying, randomized)"}
+                "tasks": "tasks (copy, reverse, lag)", "training": "training options (fixed, varying, randomized)",
+                "randomized_encodings": "encodings trained with randomized positions (default learned,rope)"}
 
 
 def _names(text: str) -> list[str]:
@@ -150,7 +153,7 @@ def config_from_args(args: argparse.Namespace) -> StudyConfig:
     for name in LIST_OPTIONS:
         value = getattr(args, name, None)
         if value is not None:
-            setattr(cfg, name, list(value) if name in ("encodings", "tasks") else tuple(value))
+            setattr(cfg, name, list(value) if name in ("encodings", "tasks", "randomized_encodings") else tuple(value))
     if args.corpus is not None:
         cfg.corpus = "file"
     return cfg.validate()

@@ -125,8 +125,10 @@ def section_config(R: Results) -> str:
                      f"{c['min_lr']:g} per round), stopping once token accuracy at L on {c['fit_sequences']} fit-check "
                      f"sequences reaches {c['fit_accuracy']:g}; evaluated at "
                      + ", ".join(f"{f}L" for f in c["eval_factors"]) + f" on {c['eval_sequences']} held-out "
-                     f"sequences per length; training options: {', '.join(c['training'])}; randomized positions "
-                     f"from 0 .. {c['randomized_range'] - 1} in training and evaluation.")
+                     f"sequences per length; training options: {', '.join(c['training'])}"
+                     + (f"; randomized positions (for {', '.join(c['randomized_encodings'])}) from 0 .. "
+                        f"{c['randomized_range'] - 1} in training and evaluation, up to "
+                        f"{c['randomized_fit_rounds']} rounds." if "randomized" in c["training"] else "."))
     if "lm" in parts or "rope_scaling" in parts:
         L = c["lm_train_len"]
         lines.append(f"* **lm**: byte-level LM trained at L = {L} bytes, {c['lm_steps']} steps of {c['lm_batch_size']} "

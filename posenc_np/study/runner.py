@@ -55,7 +55,7 @@ def cell_cost(cfg: StudyConfig, cell: dict) -> float:
                    for f in cfg.lm_eval_factors)
 
     if cell["part"] == "tasks":
-        rounds = (1 + cfg.fit_rounds) / 2  # many cells fit before the last round
+        rounds = (1 + cfg.rounds(cell["training"])) / 2  # many cells fit before the last round
         return rounds * cfg.steps * tokens(cfg.batch_size, 2 * cfg.train_len + 1) + sum(
             tokens(cfg.eval_sequences, 2 * cfg.train_len * f + 1, 1 / 3) for f in cfg.eval_factors)
     train = cfg.lm_steps * tokens(cfg.lm_batch_size, cfg.lm_train_len)

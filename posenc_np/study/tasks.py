@@ -24,10 +24,10 @@ in ``StudyConfig.training``):
     (padding is never scored and, in a causal decoder, never seen by a scored position).
 ``randomized``
     Ruoss et al. 2023: sizes as ``varying`` (their tasks train on lengths up to :math:`N`), and
-    each training batch's positions are a sorted sample without replacement from
-    :math:`0 \dots M-1`, :math:`M` the longest evaluation sequence
-    (``position_options['randomized_max_len']``; a learned table gets :math:`M` rows);
-    evaluation uses ``0 .. T-1``. Only for the encodings that take positions (embedding and
+    each batch's positions are a sorted sample without replacement from :math:`0 \dots M-1`,
+    :math:`M` the study's ``randomized_range`` (2048 by default, far beyond every test length;
+    ``position_options['randomized_max_len']``; a learned table gets :math:`M` rows), in
+    training and in evaluation alike. Only for the encodings that take positions (embedding and
     rotation entries: the logit-level ones compute offsets from the shapes). Compare with
     ``varying``: the same examples, the same initial weights, only the positions differ.
 
@@ -264,9 +264,9 @@ class TrainingOption:
     applies : callable ``(encoding) -> bool``
         Whether the option makes sense for an encoding (cells are made only where it does).
     randomized_positions : bool
-        Train with positions sampled from ``0 .. M-1``, ``M`` the longest evaluation sequence
-        (Ruoss et al. 2023; the cell sets ``position_options['randomized_max_len'] = M`` and
-        ``max_len >= M`` in both phases; evaluation uses ordinary positions).
+        Train and evaluate with positions sampled from ``0 .. M-1``, ``M`` the study's
+        ``randomized_range`` (Ruoss et al. 2023; the cell sets
+        ``position_options['randomized_max_len'] = M`` and ``max_len >= M`` in both phases).
 
     Examples
     --------
