@@ -121,9 +121,9 @@ def test_grid_covers_the_registry_every_option_and_seed_with_distinct_seeds():
     per_task = (n_rel + 3 * n_abs) + (n_rel + n_abs) + 2  # fixed: every fusion; others: the first fusion
     assert sum(c["part"] == "tasks" for c in cells) == per_task * len(cfg.tasks) * 3  # randomized: learned, rope
     assert {c["encoding"] for c in cells if c.get("training") == "randomized"} == {"learned", "rope"}
-    every = grid(StudyConfig(training=("randomized",), randomized_encodings=[
-        e for e, entry in REGISTRY.items() if "randomized_max_len" in entry.options], parts=("tasks",)))
-    assert {c["encoding"] for c in every} == {e for e, entry in REGISTRY.items() if "randomized_max_len" in entry.options}
+    positional = [e for e, entry in REGISTRY.items() if "randomized_max_len" in entry.options]
+    every = grid(StudyConfig(training=("randomized",), randomized_encodings=positional, parts=("tasks",)))
+    assert {c["encoding"] for c in every} == set(positional)
     assert sum(c["part"] == "lm" for c in cells) == len(REGISTRY) * 3 + 1  # + the n-gram baseline
     assert [cell_id(c) for c in cells if c["encoding"] == "ngram"] == ["lm__ngram"]
     assert sum(c["part"] == "rope_scaling" for c in cells) == 3
@@ -402,6 +402,8 @@ def test_size_options_choose_the_configuration(monkeypatch):
     assert (cfg.encodings, cfg.tasks, cfg.steps, cfg.fit_rounds, cfg.lm_steps, cfg.d_model, cfg.n_heads, cfg.n_layers,
             cfg.d_ff, cfg.seeds, cfg.parts, cfg.training, cfg.jobs) == (["rope", "alibi"], ["lag"], 7, 2, 9, 32, 2, 3,
                                                                          48, 5, ("tasks", "lm"), ("varying",), 1)
+    assert cli.main(args + ["--randomized-fit-rounds", "30", "--randomized-encodings", "rope"]) == 0
+    assert (seen[-1][0].randomized_fit_rounds, seen[-1][0].randomized_encodings) == (30, ["rope"])
     assert cli.main(args + ["--corpus", "some.txt"]) == 0
     assert seen[-1][0].corpus == "file" and seen[-1][1]["corpus_file"] == "some.txt"
     with pytest.raises(SystemExit):

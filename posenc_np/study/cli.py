@@ -90,7 +90,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         if name != "jobs":
             ext.add_argument(f"--{name.replace('_', '-')}", type=positive_int, metavar="N", help=text)
     for name, text in LIST_OPTIONS.items():
-        ext.add_argument(f"--{name}", type=_names, metavar="A,B", help=f"comma-separated {text}")
+        ext.add_argument(f"--{name.replace('_', '-')}", type=_names, metavar="A,B", help=f"comma-separated {text}")
     ext.add_argument("--plugin", metavar="MODULE", action="append",
                      help="import MODULE first (a module that calls posenc_np.registry.register); repeatable")
     ext.add_argument("--corpus", metavar="FILE",
