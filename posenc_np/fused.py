@@ -149,7 +149,7 @@ def cross_entropy_rows(logits, targets):
 
 def softmax_cross_entropy(logits: ArrayLike, targets: ArrayLike, *, ignore_index: int = -100) -> tuple[float, dict]:
     """:func:`posenc_np.layers.softmax_cross_entropy` with :func:`cross_entropy_rows` (its exp within
-    0.6 ulp in float32, 2 in float64); the cache is the reference's, for its backward.
+    0.91 ulp in float32, 2 in float64); the cache is the reference's, for its backward.
 
     Examples
     --------

@@ -1,5 +1,5 @@
 """Numba settings shared by every kernel in :mod:`posenc_np.kernels` (RoPE, ALiBi attention, the
-model's fused layers), and the vectorisable ``exp`` they share: one place decides how kernels
+model's fused layers), and the vectorisable ``exp`` and maximum they share: one place decides how kernels
 are compiled (:func:`njit_kernel`), cached (:func:`cache_dir`) and launched (:func:`launch_guard`,
 :class:`blas_single_thread`).
 
@@ -47,7 +47,8 @@ from numba.core import compiler as _numba_compiler  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
 from numba.core.extending import intrinsic, overload  # noqa: E402
 
-__all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "exp", "launch_guard", "njit_kernel"]
+__all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "exp", "from_order_key", "launch_guard", "njit_kernel",
+           "order_key"]
 
 FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
 
@@ -290,30 +291,37 @@ def _bits_to_f64(typingctx, x):
     return types.float64(types.int64), codegen
 
 
+@njit_kernel(parallel=False, fastmath=False, cache=False)
+def _reduce32(x, nf):
+    """``x - nf ln2`` in float32 with ln2 in two parts (Cody and Waite: the high part has 9
+    significant bits, so ``nf * hi`` and its subtraction are exact for |nf| < 2^15), compiled
+    without fast-math so that LLVM cannot merge the two subtractions (see :func:`_reduce64`)."""
+    return (x - nf * np.float32(0.693359375)) - nf * np.float32(-2.12194440e-4)
+
+
 @njit_kernel(parallel=False, cache=False)
 def _exp32(x):
-    # e^x for float32 x <= ~88 (also -inf and NaN): x = n ln2 + r with |r| <= ln2/2, e^r by
-    # its degree-7 Taylor polynomial evaluated in float64 (truncation < 1.2e-8 relative; the
-    # reduction in float64 is exact enough that the result is rounded once, to float32), 2^n
-    # built from the exponent bits. Max error measured 0.58 ulp on [-86.9, 88.0]; exp(x) = 0
-    # for x < -87 (below float32's normal range), NaN in gives NaN out. Every step vectorises
-    # on AVX2: n stays a float (np.floor) until the int32 conversion (math.floor returns an
-    # int64, and the float -> int64 conversion has no AVX2 instruction: that kept the loops
-    # of this kernel scalar, 2.3x slower per element).
+    # e^x for float32 x <= ~88 (also -inf and NaN), all in float32 (16 lanes of AVX-512, 8 of
+    # AVX2): x = n ln2 + r with |r| <= ln2/2 (_reduce32), e^r by its degree-7 Taylor polynomial
+    # (truncation < 5.3e-9 relative), 2^n built from the exponent bits. Max error measured
+    # 0.91 ulp on [-86.9, 88.0] (the same polynomial evaluated in float64 measured 0.58 ulp and
+    # took 1.3x the time per tile of the ALiBi forward's score loop); exp(x) = 0 for x < -87
+    # (below float32's normal range), NaN in gives NaN out. n stays a float (np.floor) until
+    # the int32 conversion: float -> int64 has no AVX2 instruction and kept loops scalar.
     lo = np.float32(-87.0)
     xc = lo if x < lo else x
     xc = np.float32(0.0) if xc != xc else xc  # NaN: keep n finite; r below stays NaN
     nf = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
-    r = np.float64(x) - np.float64(nf) * 0.6931471805599453
-    p = 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    res = np.float32(p) * _bits_to_f32((np.int32(nf) + np.int32(127)) << np.int32(23))
+    r = _reduce32(x, nf)
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    res = p * _bits_to_f32((np.int32(nf) + np.int32(127)) << np.int32(23))
     return np.float32(0.0) if x < lo else res
 
 
@@ -365,3 +373,43 @@ def _exp_overload(x):
     if x == types.float32:
         return lambda x: _exp32(x)
     return lambda x: _exp64(x)
+
+
+# --------------------------------------------------------------------------- a vectorisable maximum
+#
+# Without fast-math's ``nnan`` LLVM keeps a float max reduction (``m = x if x > m else m``)
+# scalar: reordering it could change which NaN wins. An integer max reduction has no such
+# question and vectorises, so a row maximum is taken over the floats' *order keys*: the bits of
+# a float as a signed integer, the magnitude bits flipped when the sign is set, an integer that
+# orders like the float (-inf < -1 < -0 < +0 < 1 < inf < +NaN). NaN needs its own test (a
+# negative NaN orders below -inf); the ALiBi forward keeps one. The flip is its own inverse.
+
+def _flip_sign_magnitude(builder, bits, width):
+    mask = builder.and_(builder.ashr(bits, ir.Constant(bits.type, width - 1)),
+                        ir.Constant(bits.type, (1 << (width - 1)) - 1))
+    return builder.xor(bits, mask)
+
+
+@intrinsic
+def order_key(typingctx, x):
+    """The order key of float32 / float64 ``x``: an int32 / int64 ordered like ``x`` (see above)."""
+    if not isinstance(x, types.Float):
+        return None
+    width = x.bitwidth
+
+    def codegen(context, builder, signature, args):
+        return _flip_sign_magnitude(builder, builder.bitcast(args[0], ir.IntType(width)), width)
+    return getattr(types, f"int{width}")(x), codegen
+
+
+@intrinsic
+def from_order_key(typingctx, key):
+    """The float whose :func:`order_key` is the int32 / int64 ``key``."""
+    if not isinstance(key, types.Integer) or key.bitwidth not in (32, 64):
+        return None
+    width = key.bitwidth
+
+    def codegen(context, builder, signature, args):
+        bits = _flip_sign_magnitude(builder, args[0], width)
+        return builder.bitcast(bits, ir.FloatType() if width == 32 else ir.DoubleType())
+    return getattr(types, f"float{width}")(key), codegen

@@ -36,7 +36,7 @@ Numerics
     :math:`\\sigma(2u) = 1/(1 + e^{-2u})` (the same function), and
     :math:`1 - \\tanh^2 u = 4e/(1 + e)^2` with :math:`e = e^{-2|u|} \\in (0, 1]`: no
     cancellation for large negative :math:`u`, where ``1 + tanh(u)`` loses every digit.
-    :math:`e^x` is :func:`posenc_np.kernels._numba.exp` (vectorised; measured max error 0.58
+    :math:`e^x` is :func:`posenc_np.kernels._numba.exp` (vectorised; measured max error 0.91
     ulp in float32, 2.0 ulp in float64), in the input dtype. Clipping at
     :data:`posenc_np.layers.GELU_CLIP` as the reference (``gelu(-inf) = 0``, ``gelu(inf) =
     inf``, NaN propagates).

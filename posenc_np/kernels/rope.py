@@ -387,6 +387,15 @@ _PLAN_CACHE_SIZE = 32
 _PLAN_CACHE_ROWS = 1 << 16
 
 
+def _thread_count(size: int) -> int:
+    """Numba's thread count, or 1 for a call too small to run on two threads. The first
+    ``numba.get_num_threads()`` of a process starts Numba's thread pool (its threading layer and
+    ``multiprocessing``: 55-70 ms of a first call on the 2-core AMD EPYC of
+    ``docs/benchmarks.md``, where the rest of that call took 12-16 ms), which a call on the
+    calling thread does not need."""
+    return 1 if size < 2 * _ELEMENTS_PER_THREAD else numba.get_num_threads()
+
+
 @contextlib.contextmanager
 def _num_threads(use: int, threads: int):
     """Run the enclosed launch on ``use`` threads (Numba's setting is per calling thread)."""
@@ -413,14 +422,14 @@ def _launch_key(x, out, cos, sin, layout, inverse):
     share no memory with the tables, nor with ``x`` unless it *is* ``x`` (in place; another view
     of ``x``'s memory takes the general path), and the tables must be writeable arrays (the type
     ``_table_view`` gives them), else the general path handles the call (copies, aliasing views).
-    The thread count is ``key[5]``.
+    The thread count is ``key[5]`` (:func:`_thread_count`).
     """
     if not (_simple(cos) and _simple(sin) and cos.flags.writeable and sin.flags.writeable
             and cos.shape == sin.shape and _simple(x) and (out is None or (_simple(out) and out.flags.writeable))):
         return None
     if out is not None and any(np.may_share_memory(out, a) for a in ((cos, sin) if out is x else (cos, sin, x))):
         return None  # (C-contiguous arrays: overlapping ranges share elements)
-    return (cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), numba.get_num_threads(), x.shape,
+    return (cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), _thread_count(x.size), x.shape,
             x.dtype.char, out is x)
 
 
@@ -443,7 +452,7 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
         result = out
         target = out if _kernel_ready(out) else np.empty_like(out, dtype=out.dtype.newbyteorder("="))
     if x.size:
-        threads = numba.get_num_threads()
+        threads = _thread_count(x.size)
         use = max(1, min(threads, x.size // _ELEMENTS_PER_THREAD))
         cos, sin = (_table_view(_copy_if_overlapping(t, target)) for t in (cos, sin))
         if cos.strides != sin.strides:  # one row offset serves both tables: lay them out alike
