@@ -117,6 +117,12 @@ def _roofline_kernels():
     return _triad_kernel()
 
 
+def first_touch(nbytes):
+    from roofline import first_touch as touch
+
+    touch(nbytes)
+
+
 def run(quick: bool = False, torch_python: str | None = None) -> dict:
     """Time every variant at every size, both layouts, forward and backward."""
     from posenc_np.kernels import rope_apply
@@ -153,7 +159,9 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
                 fns["_copy"] = lambda: np.copyto(yf, xf)
                 fns["_triad"] = lambda: triad(yf, xf, zf, np.float32(0.5))
                 fns["_scale"] = lambda: scale(zf, np.float32(-1.0))
+                fns["_touch"] = lambda: first_touch(x.nbytes)
                 times = interleaved_rounds(fns, repeats)
+                touch = times.pop("_touch")
                 copy_gbs = 2 * x.nbytes / times.pop("_copy") / 1e9
                 triad_gbs = 3 * x.nbytes / times.pop("_triad") / 1e9
                 scale_gbs = 2 * x.nbytes / times.pop("_scale") / 1e9
@@ -177,6 +185,9 @@ def run(quick: bool = False, torch_python: str | None = None) -> dict:
                     "copy_true_GBps": 1.5 * copy_gbs, "triad_true_GBps": 4 / 3 * triad_gbs,
                     "repeats": repeats, "variants": variants,
                     "in_place_one_row_pct": 100.0 * 2 * x.nbytes / one_row / 1e9 / roof_inplace,
+                    "first_touch_s": touch,
+                    "alloc_over_out": times["alloc"] / times["out"],
+                    "first_touch_floor_over_out": (times["out"] + touch) / times["out"],
                 })
     result = {"rows": rows, "head_dim": HEAD_DIM, "torch": None,
               "bytes_model": {
@@ -215,19 +226,27 @@ def _torch_rows(result, sizes, quick, torch_python):
 
 
 def _targets(rows) -> dict:
-    """The issue's targets: on arrays of >= 64 MiB in place >= 85 % of the in-place roofline, a
-    reused out >= 80 % of the out-of-place roofline; the allocating path's
-    share; at least as fast as torch.compile on every shape."""
+    """Performance v3's targets on the arrays of >= 64 MiB, judged on the median over those rows
+    (the minimum is reported beside it): in place >= 75 % of the in-place roofline, a reused
+    ``out`` reported against the out-of-place one, the allocating kernel <= 1.6x the time of
+    ``out`` (beside the first-touch floor: ``out`` plus faulting a fresh array's pages in); at
+    least as fast as torch.compile on every shape."""
     dram = [r for r in rows if r["x_bytes"] >= (64 << 20)]
     out = {}
     if dram:
-        for name, goal in (("in-place", 85.0), ("out", 80.0), ("alloc", None), ("apply", None)):
+        for name, goal in (("in-place", 75.0), ("out", None), ("alloc", None), ("apply", None)):
             pct = [r["variants"][name]["pct_roofline"] for r in dram]
-            out[name] = {"min_pct_roofline": min(pct), "median_pct_roofline": statistics.median(pct),
-                         "target_pct": goal, "met": None if goal is None else min(pct) >= goal}
+            median = statistics.median(pct)
+            out[name] = {"min_pct_roofline": min(pct), "median_pct_roofline": median,
+                         "target_pct": goal, "met": None if goal is None else median >= goal}
         pct = [r["in_place_one_row_pct"] for r in dram]
         out["in-place, one table row"] = {"min_pct_roofline": min(pct), "median_pct_roofline": statistics.median(pct),
                                           "target_pct": None, "met": None}
+        ratio = [r["alloc_over_out"] for r in dram]
+        floor = [r["first_touch_floor_over_out"] for r in dram]
+        out["alloc_over_out"] = {"median": statistics.median(ratio), "max": max(ratio),
+                                 "floor_median": statistics.median(floor), "target": 1.6,
+                                 "met": statistics.median(ratio) <= 1.6}
     vs = [r["torch_compile"]["ours_out_speedup"] for r in rows if "ours_out_speedup" in r.get("torch_compile", {})]
     if vs:
         out["vs_torch_compile"] = {"min_speedup": min(vs), "met": min(vs) >= 1.0}
@@ -310,8 +329,13 @@ def _markdown(result) -> str:
                 continue
             goal = "reported" if v["target_pct"] is None else (
                 f">= {v['target_pct']:.0f} %: {'met' if v['met'] else 'NOT met'}")
-            text.append(f"- {name}: min {v['min_pct_roofline']:.0f} %, median {v['median_pct_roofline']:.0f} % "
+            text.append(f"- {name}: median {v['median_pct_roofline']:.0f} %, min {v['min_pct_roofline']:.0f} % "
                         f"of its roofline ({goal})")
+        if "alloc_over_out" in t:
+            v = t["alloc_over_out"]
+            text.append(f"- allocating kernel / `out` time: median {v['median']:.2f}x, max {v['max']:.2f}x (target <= "
+                        f"{v['target']}: {'met' if v['met'] else 'NOT met'}); the first-touch floor, `out` plus faulting "
+                        f"in the pages of a new array of x's size (timed in the same rounds), is {v['floor_median']:.2f}x")
         if "vs_torch_compile" in t:
             v = t["vs_torch_compile"]
             text.append(f"- kernel `out` vs `torch.compile`, every shape: slowest ratio {v['min_speedup']:.2f}x "

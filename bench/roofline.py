@@ -7,6 +7,12 @@ Both count the bytes a kernel must move, not the hardware's extra traffic:
 * triad ``a[i] = b[i] + s * c[i]`` (Numba, ``prange`` over all cores, the kernels' compile
   settings): reads ``b`` and ``c``, writes ``a`` -> ``3 N`` bytes.
 * scale in place ``a[i] = s * a[i]`` (Numba, all cores): reads and writes ``a`` -> ``2 N``.
+* first touch (:func:`first_touch`): a new ``np.empty`` array of ``N`` bytes with one element
+  per 4 KiB page written, the pages split in contiguous halves over the threads: the page
+  faults (the kernel zeroing fresh pages) that any function returning a new array pays, the
+  floor of an allocating call over the same call into a reused array.
+* sgemm (:func:`sgemm_gflops`): a square float32 NumPy matmul on BLAS's own threads, the
+  compute roofline of the attention kernels, whose work is tile products.
 
 Write-allocate: a store to a line that is not in cache first reads it, so out-of-place
 kernels move one array more than they count (copy really 3N, triad 4N); in place nothing is
@@ -72,6 +78,40 @@ def _read_kernel():
 
         _READ = read
     return _READ
+
+
+_TOUCH = None
+
+
+def first_touch(nbytes: int) -> None:
+    """Allocate ``nbytes`` of float32 (``np.empty``) and fault its pages in, each thread a
+    contiguous range (a Numba ``prange`` over the threads writing one element per 4 KiB)."""
+    global _TOUCH
+    if _TOUCH is None:
+        import numba
+
+        from posenc_np.kernels._numba import njit_kernel
+
+        @njit_kernel()
+        def touch(a, chunks, step):
+            n = a.shape[0]
+            for c in numba.prange(chunks):
+                for i in range(c * n // chunks // step * step, (c + 1) * n // chunks, step):
+                    a[i] = 0
+
+        _TOUCH = touch
+    import numba
+
+    _TOUCH(np.empty(max(1, nbytes // 4), np.float32), numba.get_num_threads(), 1024)
+
+
+def sgemm_gflops(n: int = 4096, repeats: int = 5) -> float:
+    """GFLOP/s (``2 n^3`` per product) of a square float32 ``a @ b``: median of ``repeats``."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
+    out = np.empty((n, n), np.float32)
+    seconds, _ = median_time(lambda: np.matmul(a, b, out=out), repeats)
+    return 2.0 * n ** 3 / seconds / 1e9
 
 
 def median_time(fn, repeats: int) -> tuple[float, list]:

@@ -19,7 +19,11 @@ skips them). Sections (all by default, in this order):
 ``train``      training throughput of the NumPy transformer vs torch eager and compiled (bench/bench_train.py)
 ``precision``  exact RoPE tables vs float64 ``direct`` and ``float32-split`` (bench/bench_precision.py)
 ``coldstart``  fresh subprocesses: ``import posenc_np`` time; first RoPE kernel call with an
-               empty Numba cache (compile) and with a warm one (load)
+               empty Numba cache (compile) and with a warm one (load), Numba's own floor and the
+               library's share of it
+``mechanisms`` what each kept kernel mechanism buys, switched off against on in interleaved rounds:
+               the fused ALiBi forward's tile step (bench/alibi_mechanisms.py) and the RoPE
+               kernel's launch and plan caches (bench/rope_machinery.py), each in its own process
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
 machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables), and prints
@@ -52,7 +56,7 @@ for path in (BENCH, ROOT):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-SECTIONS = ("roofline", "rope", "alibi", "decode", "train", "precision", "coldstart")
+SECTIONS = ("roofline", "rope", "alibi", "decode", "train", "precision", "coldstart", "mechanisms")
 
 
 # --------------------------------------------------------------------------- machine
@@ -176,7 +180,10 @@ _BREAKDOWN_CODE = """
     from posenc_np.kernels import rope_apply
     rope_apply(x, cos, sin, layout="half")
     t3 = time.perf_counter()
-    print(json.dumps({"import_numba_s": t1 - t0, "numba_first_use_s": t2 - t1, "ours_s": t3 - t2}))
+    numba.get_num_threads()  # the first one starts Numba's thread pool
+    t4 = time.perf_counter()
+    print(json.dumps({"import_numba_s": t1 - t0, "numba_first_use_s": t2 - t1, "ours_s": t3 - t2,
+                      "thread_pool_s": t4 - t3}))
 """
 
 
@@ -205,11 +212,15 @@ def coldstart(quick: bool = False) -> dict:
         "warm_first_call_s": med(warm, "first_call_s"),
         "warm_import_kernels_s": med(warm, "import_kernels_s"),
         "warm_second_call_s": med(warm, "second_call_s"),
-        "warm_breakdown": {key: med(parts, key) for key in ("import_numba_s", "numba_first_use_s", "ours_s")},
+        "warm_breakdown": {key: med(parts, key) for key in ("import_numba_s", "numba_first_use_s", "ours_s",
+                                                                  "thread_pool_s")},
     }
+    floor = result["warm_breakdown"]["import_numba_s"] + result["warm_breakdown"]["numba_first_use_s"]
+    result["numba_floor_s"] = floor
+    result["library_share_s"] = result["warm_breakdown"]["ours_s"]
     result["targets"] = {
         "import_under_0.3s": result["import_posenc_np_s"] < 0.3,
-        "warm_first_call_under_0.5s": result["warm_import_plus_first_call_s"] < 0.5,
+        "library_share_under_60ms": result["library_share_s"] <= 0.060,
     }
     ms = lambda s: f"{1e3 * s:.0f} ms"
     result["markdown"] = "\n".join([
@@ -225,18 +236,55 @@ def coldstart(quick: bool = False) -> dict:
         f"| `python -c 'import posenc_np'` (whole process) | {ms(result['import_posenc_np_process_wall_s'])} | |",
         f"| first call, empty cache (compile, float32 kernel) | {ms(cold['import_plus_first_call_s'])} | |",
         f"| first call, warm cache | {ms(result['warm_import_plus_first_call_s'])} "
-        f"(import {ms(result['warm_import_kernels_s'])} + call {ms(result['warm_first_call_s'])}) | < 500 ms: "
-        f"{'met' if result['targets']['warm_first_call_under_0.5s'] else 'NOT met'} |",
+        f"(import {ms(result['warm_import_kernels_s'])} + call {ms(result['warm_first_call_s'])}) | reported |",
+        f"| of which Numba's own floor: `import numba` + its first-use set-up | {ms(floor)} | |",
+        f"| of which the library's share: importing `posenc_np.kernels.rope`, loading the cached kernel, the call "
+        f"| {ms(result['library_share_s'])} | <= 60 ms: "
+        f"{'met' if result['targets']['library_share_under_60ms'] else 'NOT met'} |",
         f"| second call, same process | {1e6 * result['warm_second_call_s']:.0f} us | |",
         "",
-        "Where the warm first call goes (separate runs, same warm cache): `import numba` "
+        "The floor and the share come from separate runs with the same warm cache: `import numba` "
         f"{ms(result['warm_breakdown']['import_numba_s'])}; Numba's own first-use set-up "
         "(`cpu_target.target_context.refresh()`: its lowering registries, which import "
-        f"`scipy.linalg` for BLAS) {ms(result['warm_breakdown']['numba_first_use_s'])}; then importing "
-        "`posenc_np.kernels.rope`, loading the cached kernel and the call "
-        f"{ms(result['warm_breakdown']['ours_s'])}.",
+        f"`scipy.linalg` for BLAS) {ms(result['warm_breakdown']['numba_first_use_s'])}; then the library's "
+        f"share {ms(result['warm_breakdown']['ours_s'])}. A call this small runs on the calling thread and "
+        "does not start Numba's thread pool (its first `numba.get_num_threads()`, "
+        f"{ms(result['warm_breakdown']['thread_pool_s'])} right after, in the same runs); the first call large enough "
+        "for two threads pays that too.",
     ])
     return result
+
+
+# --------------------------------------------------------------------------- mechanisms
+
+def mechanisms(quick: bool = False) -> dict:
+    """bench/alibi_mechanisms.py and bench/rope_machinery.py, each in a fresh process."""
+    rounds = "3" if quick else "11"
+    tables = {}
+    for name, script in (("alibi", "alibi_mechanisms.py"), ("rope", "rope_machinery.py")):
+        env = dict(os.environ)
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        proc = subprocess.run([sys.executable, os.path.join(BENCH, script), rounds], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=3600)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{script} failed:\n{proc.stderr[-3000:]}")
+        tables[name] = proc.stdout.strip()
+    markdown = "\n".join([
+        "Each mechanism switched off (replaced by what it replaced) against on, in rounds that alternate "
+        f"the order, {rounds} rounds, medians.",
+        "",
+        "**Fused ALiBi forward, per 64 x 64 tile step** (`python bench/alibi_mechanisms.py`: one thread, float32, "
+        "d = 64; each variant a compiled loop of 4000 calls):",
+        "",
+        tables["alibi"],
+        "",
+        "**RoPE kernel: the launch and plan caches, through the public API** (`python bench/rope_machinery.py`: "
+        "median of 300 calls per round; the launch cache serves C-contiguous calls of a known geometry, the plan "
+        "cache the model's strided q and k views):",
+        "",
+        tables["rope"],
+    ])
+    return {"rounds": int(rounds), "tables": tables, "markdown": markdown}
 
 
 # --------------------------------------------------------------------------- sections
@@ -290,6 +338,7 @@ def _docs(results: dict, note: str | None) -> str:
         "train": "Training throughput (hand-written backprop vs torch eager and torch.compile)",
         "precision": "Exact tables: cost of `rope.cos_sin` per method",
         "coldstart": "Cold start",
+        "mechanisms": "Kernel mechanisms: what each buys",
     }
     for key, title in titles.items():
         section = results["sections"].get(key)
@@ -387,6 +436,9 @@ def main(argv=None) -> int:
     if "coldstart" in wanted:
         print("coldstart ...", flush=True)
         results["sections"]["coldstart"] = coldstart(args.quick)
+    if "mechanisms" in wanted:
+        print("mechanisms ...", flush=True)
+        results["sections"]["mechanisms"] = mechanisms(args.quick)
     try:
         import numba
 

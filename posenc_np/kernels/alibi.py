@@ -40,7 +40,8 @@ Numerics and speed (``docs/alibi.md``, ``docs/benchmarks.md``): tile products ar
 with BLAS held to one thread (:class:`~posenc_np.kernels._numba.blas_single_thread`: no
 oversubscription under ``prange``); the forward's :math:`Q_a K_b^\top` multiplies C-contiguous
 tiles of a once-transposed copy of the keys (:func:`_transpose_key_tiles`), and its row maxima
-are integer maxima of order keys (:func:`~posenc_np.kernels._numba.order_key`), which vectorise; the exponential is the vectorisable polynomial
+are integer maxima of order keys (:func:`~posenc_np.kernels._numba.order_key`), so that the
+score loop vectorises; the exponential is the vectorisable polynomial
 :func:`posenc_np.kernels._numba.exp` (within 0.91-2.0 ulp; ``math.exp`` stays a scalar libm call,
 1.33-1.48x slower), and every inner loop avoids float -> int64 conversions (no AVX2 instruction;
 they kept the loops scalar). float32 and float64 inputs compute and accumulate in their dtype;
