@@ -377,6 +377,42 @@ def test_kernel_exponential_error(dtype):
     assert got[0] == 0 and np.isnan(got[1]) and got[2] == 0 and got[3] == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_order_keys_order_like_the_floats_and_invert_bit_for_bit(dtype):
+    """``order_key`` (the forward's vectorisable row maximum) maps floats to integers of the same order
+    (-inf < negatives < -0 < +0 < positives < +inf, subnormals included), and ``from_order_key`` gives
+    back every bit pattern, NaNs too; so the integer maximum of the keys is the float maximum."""
+    import numba
+
+    from posenc_np.kernels._numba import from_order_key, order_key
+
+    @numba.njit(cache=False)
+    def keys(xs, out, back):
+        for i in range(xs.size):
+            out[i] = order_key(xs[i])
+            back[i] = from_order_key(out[i])
+
+    info = np.finfo(dtype)
+    rng = np.random.default_rng(7)
+    special = np.array([-np.inf, -info.max, -1.0, -info.tiny, -info.smallest_subnormal, -0.0, 0.0,
+                        info.smallest_subnormal, info.tiny, 1.0, info.max, np.inf], dtype=dtype)
+    xs = np.concatenate([special, (rng.standard_normal(20000) * 10.0 ** rng.integers(-44, 38, 20000)).astype(dtype)])
+    out = np.empty(xs.size, np.int32 if dtype == np.float32 else np.int64)
+    back = np.empty_like(xs)
+    keys(xs, out, back)
+    np.testing.assert_array_equal(back.view(out.dtype), xs.view(out.dtype))
+    lo, hi = out[:special.size - 1], out[1:special.size]
+    assert np.all(hi > lo)  # strictly increasing, -0 below +0 (compared, not subtracted: no wrap-around)
+    order = np.argsort(xs[special.size:], kind="stable")
+    ranked, values = out[special.size:][order], xs[special.size:][order]
+    assert np.all((ranked[1:] > ranked[:-1]) | (values[1:] == values[:-1]))  # (-0 == +0 may come either way)
+    assert xs[np.argmax(out)] == xs.max()
+    nans = np.array([np.nan, -np.nan], dtype=dtype)
+    out2, back2 = np.empty(2, out.dtype), np.empty_like(nans)
+    keys(nans, out2, back2)
+    np.testing.assert_array_equal(back2.view(out.dtype), nans.view(out.dtype))
+
+
 def test_half_conversions_match_numpy_bit_for_bit():
     """The kernel's float16 <-> float32 conversions at the door give NumPy's casts exactly: every
     half bit pattern up (NaNs stay NaN), and down from random floats of every magnitude, the
