@@ -333,9 +333,10 @@ def _markdown(result) -> str:
                         f"of its roofline ({goal})")
         if "alloc_over_out" in t:
             v = t["alloc_over_out"]
-            text.append(f"- allocating kernel / `out` time: median {v['median']:.2f}x, max {v['max']:.2f}x (target <= "
-                        f"{v['target']}: {'met' if v['met'] else 'NOT met'}); the first-touch floor, `out` plus faulting "
-                        f"in the pages of a new array of x's size (timed in the same rounds), is {v['floor_median']:.2f}x")
+            text.append(f"- allocating kernel / `out` time: median {v['median']:.2f}x, max {v['max']:.2f}x "
+                        f"(target <= {v['target']}: {'met' if v['met'] else 'NOT met'}); the first-touch floor, "
+                        "`out` plus faulting in the pages of a new array of x's size (timed in the same rounds), is "
+                        f"{v['floor_median']:.2f}x")
         if "vs_torch_compile" in t:
             v = t["vs_torch_compile"]
             text.append(f"- kernel `out` vs `torch.compile`, every shape: slowest ratio {v['min_speedup']:.2f}x "

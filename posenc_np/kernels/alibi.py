@@ -698,15 +698,14 @@ def _forward_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, out, lse
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
         _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, 0,
-                      _key_end(i1, off, k_len, causal),
-                      causal, mneg[n], scale, ninf, acc, row_max, row_sum, np.empty(bq, out.dtype),
-                      np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
+                      _key_end(i1, off, k_len, causal), causal, mneg[n], scale, ninf, acc, row_max, row_sum,
+                      np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
         _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
 
 
 @njit_kernel()
-def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out, lse,
-                          parallel_combine):
+def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out,
+                          lse, parallel_combine):
     """Flash-decoding: each (head, query tile)'s keys in ``splits`` ranges of whole key tiles,
     one work item per range writing its partial state, then an exact combination per row
     (a parallel loop over the (head, query tile) items if ``parallel_combine``)."""
@@ -729,10 +728,9 @@ def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, sp
         acc = np.zeros((bq, d_v), out.dtype)
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
-        _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, j_lo, j_hi, causal, mneg[n],
-                      scale,
-                      ninf, acc, row_max, row_sum, np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype),
-                      np.empty(bq * BLOCK_K, out.dtype))
+        _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, j_lo, j_hi, causal,
+                      mneg[n], scale, ninf, acc, row_max, row_sum, np.empty(bq, out.dtype),
+                      np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
         part_acc[n, r, i0:i1] = acc
         part_m[n, r, i0:i1] = row_max
         part_l[n, r, i0:i1] = row_sum
