@@ -8,7 +8,8 @@ cache) and then, round after round, each times one window of every case in turn.
 gives per-case medians over the rounds and the median of the per-round ratios after/before
 (< 1 is faster). The cases use only functions both trees export under the same name:
 
-* ``rope.apply`` (allocating and ``out=x``) on ``(4, 8, 1024, 128)`` float32, half layout;
+* ``rope.apply`` (allocating and ``out=x``) on ``(4, 8, 1024, 128)`` float32, half layout, and
+  allocating on ``(1, 4, 128, 128)`` (a call where the launch costs count);
 * ``alibi.attention`` forward and ``alibi.attention_backward``, ``backend="numba"``, causal,
   ``B=1, H=8, T=2048, D=64`` float32;
 * decoding: ``Transformer.generate`` of 64 tokens after a 256-token prompt, RoPE and ALiBi,
@@ -40,6 +41,8 @@ x = rng.standard_normal((4, 8, 1024, 128)).astype(np.float32)
 freqs = rope.inv_freq(128)  # the tree before the redesign returned (inv_freq, attention_factor)
 freqs = freqs[0] if isinstance(freqs, tuple) else freqs
 cos, sin = rope.cos_sin(np.arange(1024), freqs, dtype=np.float32)
+xs = rng.standard_normal((1, 4, 128, 128)).astype(np.float32)
+cs, ss = cos[:128], sin[:128]
 q, k, v = (rng.standard_normal((1, 8, 2048, 64)).astype(np.float32) for _ in range(3))
 dout = rng.standard_normal((1, 8, 2048, 64)).astype(np.float32)
 _, acache = alibi.attention(q, k, v, causal=True, backend="numba")
@@ -60,6 +63,7 @@ def trainer():
 CASES = {
     "rope.apply": (lambda: rope.apply(x, cos, sin), 20, 1),
     "rope.apply out=x": (lambda: rope.apply(x, cos, sin, out=x), 20, 1),
+    "rope.apply (1, 4, 128, 128)": (lambda: rope.apply(xs, cs, ss), 300, 1),
     "alibi forward T=2048": (lambda: alibi.attention(q, k, v, causal=True, backend="numba"), 5, 1),
     "alibi backward T=2048": (lambda: alibi.attention_backward(dout, acache), 3, 1),
     "decode rope (per token)": (lambda: dec["rope"][0].generate(dec["rope"][1], 64), 1, 64),

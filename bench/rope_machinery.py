@@ -1,19 +1,21 @@
-"""What the RoPE kernel's caches buy, through the public API: an interleaved A/B in one process.
+"""What the RoPE kernel's two mechanisms buy, through the public API: an interleaved A/B in one process.
 
 ``python bench/rope_machinery.py [ROUNDS]``. Each mechanism of ``posenc_np/kernels/rope.py`` is
 switched off by replacing it for the duration of a round (``off``) and left as it is (``on``);
-rounds alternate which goes first, each times the median of 300 calls after 5 warm-up calls, and
-the table gives the median over rounds. Mechanisms:
+rounds alternate which goes first, each times the median of a batch of calls (300 for small
+shapes, 9 for the 128 MiB one) after warm-up calls, and the table gives the median over rounds.
+Mechanisms:
 
-* ``launch cache`` (``_LAUNCHES`` / ``_launch_key``): a C-contiguous call of a known geometry reuses
-  its planned launch and only swaps in its arrays; off: ``_launch_key`` returns None;
-* ``plan cache`` (``_PLANS``): the row offsets and blocking of a small geometry are kept (the
-  model's q and k are strided views of its qkv buffer, which the launch cache does not take);
-  off: nothing is kept.
+* ``memory-order path`` (``_rows_geometry`` / ``_rows_kernel``): a call whose arrays are all
+  C-contiguous rotates its rows in memory order with no plan; off: ``_rows_geometry`` returns
+  None, so the call takes the planned path (row offsets, blocks of table rows) as strided calls do;
+* ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
+  model's q and k are strided views of its qkv buffer, which take the planned path); off: every
+  call plans afresh.
 
-Shapes: ``rope.apply`` on ``(1, 4, 128, 128)`` and ``(1, 8, 1024, 128)`` float32 (bench_rope's two
-smallest); ``rope.apply_qk`` on q, k views of a fused ``(B, T, 3 H D)`` buffer rotated in place
-(what the model does) and on contiguous ``(B, H, T, D)`` arrays.
+Shapes: ``rope.apply`` on ``(1, 4, 128, 128)``, ``(1, 8, 1024, 128)`` and ``(4, 16, 2048, 128)``
+float32 (out of place, ``out=``, in place); ``rope.apply_qk`` on q, k views of a fused
+``(B, T, 3 H D)`` buffer rotated in place (what the model does).
 """
 
 from __future__ import annotations
@@ -33,28 +35,26 @@ from posenc_np import rope
 from posenc_np.kernels import rope as krope
 
 
-class _Forgetful(dict):
-    def __setitem__(self, key, value):
-        pass
-
-
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
-    krope._launch_key, krope._PLANS = saved["launch_key"], saved["plans"]
-    if not on and mechanism == "launch cache":
-        krope._launch_key = lambda *args: None
+    krope._rows_geometry, krope._cached_plan = saved["rows"], saved["plan"]
+    if not on and mechanism == "memory-order path":
+        krope._rows_geometry = lambda *args: None
     if not on and mechanism == "plan cache":
-        krope._PLANS = _Forgetful()
+        krope._cached_plan = krope._plan
 
 
 def _cases(rng):
     out = []
-    for shape in ((1, 4, 128, 128), (1, 8, 1024, 128)):
+    for shape in ((1, 4, 128, 128), (1, 8, 1024, 128), (4, 16, 2048, 128)):
+        calls = 9 if shape[0] == 4 else 300
         x = rng.standard_normal(shape, dtype=np.float32)
         c, s = rope.cos_sin(np.arange(shape[2]), rope.inv_freq(128)[0], dtype=np.float32)
         y = np.empty_like(x)
-        out.append(("launch cache", f"rope.apply {shape}", lambda x=x, c=c, s=s: rope.apply(x, c, s)))
-        out.append(("launch cache", f"rope.apply {shape}, out=y", lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
-        out.append(("plan cache", f"rope.apply {shape}", lambda x=x, c=c, s=s: rope.apply(x, c, s)))
+        out.append(("memory-order path", f"rope.apply {shape}", calls, lambda x=x, c=c, s=s: rope.apply(x, c, s)))
+        out.append(("memory-order path", f"rope.apply {shape}, out=y", calls,
+                    lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
+        out.append(("memory-order path", f"rope.apply {shape}, out=x", calls,
+                    lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
     for B, T, H, D in ((16, 32, 4, 16), (8, 128, 4, 32), (1, 512, 8, 64)):
         qkv = rng.standard_normal((B, T, 3 * H * D), dtype=np.float32)
         c, s = rope.cos_sin(np.arange(T), rope.inv_freq(D)[0], dtype=np.float32)
@@ -63,30 +63,27 @@ def _cases(rng):
             q, k, _ = (a.reshape(B, T, H, D).transpose(0, 2, 1, 3) for a in np.split(qkv, 3, axis=-1))
             return rope.apply_qk(q, k, c, s, out_q=q, out_k=k)
 
-        q = rng.standard_normal((B, H, T, D), dtype=np.float32)
-        k = q.copy()
-        out.append(("plan cache", f"rope.apply_qk, q and k views of qkv, in place, (B,H,T,D) = {(B, H, T, D)}", model))
-        out.append(("launch cache", f"rope.apply_qk, contiguous (B,H,T,D) = {(B, H, T, D)}",
-                    lambda q=q, k=k, c=c, s=s: rope.apply_qk(q, k, c, s)))
+        out.append(("plan cache", f"rope.apply_qk, q and k views of qkv, in place, (B,H,T,D) = {(B, H, T, D)}",
+                    300, model))
     return out
 
 
 def main(rounds: int = 11) -> None:
-    saved = {"launch_key": krope._launch_key, "plans": krope._PLANS}
+    saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
-    for mechanism, label, fn in _cases(np.random.default_rng(0)):
+    for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):
         times = {True: [], False: []}
         for r in range(rounds):
             for on in ((True, False) if r % 2 == 0 else (False, True)):
                 _switch(mechanism, on, saved)
-                for _ in range(5):
+                for _ in range(2 if calls < 300 else 5):
                     fn()
-                calls = []
-                for _ in range(300):
+                batch = []
+                for _ in range(calls):
                     t0 = time.perf_counter()
                     fn()
-                    calls.append(time.perf_counter() - t0)
-                times[on].append(statistics.median(calls) * 1e6)
+                    batch.append(time.perf_counter() - t0)
+                times[on].append(statistics.median(batch) * 1e6)
         _switch(mechanism, True, saved)
         on, off = statistics.median(times[True]), statistics.median(times[False])
         print(f"| {mechanism} | {label} | {on:.0f} | {off:.0f} | {100 * (1 - on / off):.0f} % |", flush=True)

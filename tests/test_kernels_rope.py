@@ -355,81 +355,99 @@ def test_nan_and_inf_propagate_like_numpy(layout, dtype):
         np.testing.assert_array_equal(got, want)  # inf values and signs, finite values
 
 
-# --------------------------------------------------------------------------- planned launches
+# --------------------------------------------------------------------------- the two paths
+
+def _rng_tables(rng, lead, d, layout, dtype):
+    """Tables of shape ``lead + (d,)`` at random positions (a valid layout table per row)."""
+    positions = rng.integers(0, 9000, size=lead)
+    return rope.cos_sin(positions, inv_freq(d), layout=layout, dtype=dtype)
+
+
+#: (x shape, table leading shape, rotary dim, (table_rows, rep) of the memory-order path)
+ROW_GEOMETRIES = [
+    ((2, 3, 17, 12), (17,), 8, (17, 1)),            # (B, H, T, D) with (T, d) tables
+    ((2, 17, 3, 12), (17, 1), 12, (17, 3)),         # (B, T, H, D) with (T, 1, d)
+    ((2, 3, 17, 12), (2, 3, 17), 8, (102, 1)),      # a table row per row
+    ((2, 3, 17, 12), (3, 1), 8, (3, 17)),           # tables per head
+    ((2, 1, 17, 12), (2, 1, 17), 8, (34, 1)),       # size-1 axes of x are skipped
+    ((4, 12), (1,), 8, (1, 1)),                     # one table row for every row
+    ((5, 12), (), 12, (1, 1)),                      # 1-d tables
+]
+
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("inverse", [False, True])
-def test_planned_launch_uses_each_calls_arrays(layout, dtype, inverse):
-    """The first call of a C-contiguous geometry plans its launch; later calls take the plan with
-    their own x, out and tables (new values every step), out of place, into a new array, in place
-    and q with k. Every result is the formula's, bit for bit."""
+@pytest.mark.parametrize("shape,t_lead,d,rows", ROW_GEOMETRIES, ids=lambda v: str(v).replace(" ", ""))
+def test_memory_order_path_takes_the_right_table_row(shape, t_lead, d, rows, layout, dtype):
+    """C-contiguous calls rotate in memory order, row ``r`` with table row ``(r // rep) % table_rows``:
+    the geometry is the one the shapes imply, and the result is the formula's bit for bit, out of
+    place, into ``out=``, in place and backward."""
     rng = np.random.default_rng(21)
-    krope._LAUNCHES.clear()
-    for step in range(3):
-        x = rng.standard_normal((2, 3, 17, 12)).astype(dtype)
-        k = rng.standard_normal((2, 1, 17, 12)).astype(dtype)
-        cos, sin = rope.cos_sin(rng.integers(0, 9000, size=17), inv_freq(8), layout=layout, dtype=dtype)
-        want, want_k = ref_rotate(x, cos, sin, layout, inverse), ref_rotate(k, cos, sin, layout, inverse)
+    x = rng.standard_normal(shape).astype(dtype)
+    cos, sin = _rng_tables(rng, t_lead, d, layout, dtype)
+    assert krope._rows_geometry(x, np.empty_like(x), cos, sin) == rows
+    for inverse in (False, True):
+        want = ref_rotate(x, cos, sin, layout, inverse)
+        np.testing.assert_array_equal(rope_apply(x, cos, sin, layout=layout, inverse=inverse), want)
         out = np.empty_like(x)
         assert rope_apply(x, cos, sin, layout=layout, inverse=inverse, out=out) is out
         np.testing.assert_array_equal(out, want)
-        np.testing.assert_array_equal(rope_apply(x, cos, sin, layout=layout, inverse=inverse), want)
         y = x.copy()
         assert rope_apply(y, cos, sin, layout=layout, inverse=inverse, out=y) is y
         np.testing.assert_array_equal(y, want)
-        q_rot, k_rot = rope.rotate_qk(x, k, cos, sin, layout, inverse, "numba")
-        np.testing.assert_array_equal(q_rot, want)
-        np.testing.assert_array_equal(k_rot, want_k)
-        if step == 0:  # out of place (new or given out), in place, and k's geometry: three plans
-            assert len(krope._LAUNCHES) == 3
-    assert len(krope._LAUNCHES) == 3  # the later steps took them
 
 
-def test_planned_launch_keeps_no_array_alive():
-    x = np.random.default_rng(22).standard_normal((2, 4, 9, 8)).astype(np.float32)
-    cos, sin = rope.cos_sin(np.arange(9), inv_freq(8), layout="half", dtype=np.float32)
-    out = np.empty_like(x)
-    for _ in range(2):
-        rope_apply(x, cos, sin, layout="half", out=out)
-    refs = [weakref.ref(a) for a in (x, cos, sin, out)]
-    del x, cos, sin, out
-    gc.collect()
-    assert all(r() is None for r in refs)
-
-
-def test_calls_outside_the_planned_form_take_the_general_path():
-    """Strided, read-only, misaligned or overlapping arrays get no plan (the general path copies
-    or aliases them), even after the same shapes were planned; results stay the formula's."""
+def test_calls_outside_the_memory_order_form_take_the_planned_path():
+    """Strided or broadcast arrays, tables varying along axes that are not one run of x's, and an
+    output overlapping x (other than exactly) or the tables take the planned path; a read-only
+    table or an ``out`` that is a new view of x (in place) does not need it. Results stay the formula's."""
     rng = np.random.default_rng(23)
     x = rng.standard_normal((3, 10, 8))
     cos, sin = rope.cos_sin(np.arange(10), inv_freq(8), layout="half")
-    want = ref_rotate(x, cos, sin, "half")
-    np.testing.assert_array_equal(rope_apply(x, cos, sin, layout="half"), want)  # planned
     frozen_cos = cos.copy()
     frozen_cos.flags.writeable = False
     buf = np.zeros(x.size + 1)
-    cases = {
-        "strided x": (rng.standard_normal((3, 10, 16))[..., ::2], None, cos, sin),
-        "read-only tables": (x, None, frozen_cos, sin),
-        "broadcast tables": (x, None, np.broadcast_to(cos, (3,) + cos.shape), np.broadcast_to(sin, (3,) + cos.shape)),
-        "out a new view of x": (x.copy(), "view", cos, sin),
-        "out over the tables": (x, "cos", cos.copy(), sin),
-        "out one element past x": (buf[:-1].reshape(x.shape), "shifted", cos, sin),
+    x4 = rng.standard_normal((2, 3, 10, 8))
+    c4, s4 = _rng_tables(rng, (2, 1, 10), 8, "half", np.float64)
+    cases = {  # name: (x, out, cos, sin, memory order?)
+        "strided x": (rng.standard_normal((3, 10, 16))[..., ::2], None, cos, sin, False),
+        "broadcast tables": (x, None, np.broadcast_to(cos, (3,) + cos.shape),
+                             np.broadcast_to(sin, (3,) + cos.shape), False),
+        "tables per batch and position, x (B, H, T, D)": (x4, None, c4, s4, False),
+        "out one element past x": (buf[:-1].reshape(x.shape), "shifted", cos, sin, False),
+        "out over the tables": (x, "cos", cos.copy(), sin, False),
+        "read-only tables": (x, None, frozen_cos, sin, True),
+        "out a new view of x": (x.copy(), "view", cos, sin, True),
     }
-    for name, (xc, how, c, s) in cases.items():
+    for name, (xc, how, c, s, memory_order) in cases.items():
         if how == "shifted":
             xc[...] = x
-        out = {"view": xc[...] if how == "view" else None, "shifted": buf[1:].reshape(x.shape),
-               "cos": None}.get(how)
+        out = {"view": xc[...], "shifted": buf[1:].reshape(x.shape)}.get(how) if how else None
         if how == "cos":  # out shares the tables' memory: (10, 8) tables inside a (3, 10, 8) out
             big = np.empty(x.shape)
             big[0] = c
             c, out = big[0], big
         expect = ref_rotate(xc, np.array(c), np.array(s), "half")
-        assert krope._launch_key(xc, out, c, s, "half", False) is None, name
+        target = np.empty_like(xc) if out is None else out
+        assert (krope._rows_geometry(xc, target, c, s) is not None) == memory_order, name
         got = rope_apply(xc, c, s, layout="half", out=out)
         np.testing.assert_array_equal(got, expect, err_msg=name)
+
+
+def test_plan_cache_keeps_no_array_alive():
+    """The planned path keeps the offsets of small geometries (strided q, k views of a training
+    loop), never an array of a call."""
+    base = np.random.default_rng(22).standard_normal((2, 9, 4, 16)).astype(np.float32)
+    x = base[..., :8].transpose(0, 2, 1, 3)  # (B, H, T, D) view of a (B, T, H, 2D) buffer
+    cos, sin = rope.cos_sin(np.arange(9), inv_freq(8), layout="half", dtype=np.float32)
+    out = np.empty(x.shape, np.float32)
+    for _ in range(2):
+        rope_apply(x, cos, sin, layout="half", out=out)
+    assert krope._cached_plan.cache_info().hits >= 1
+    refs = [weakref.ref(a) for a in (base, cos, sin, out)]
+    del base, x, cos, sin, out
+    gc.collect()
+    assert all(r() is None for r in refs)
 
 
 def test_deterministic_run_to_run():

@@ -58,7 +58,7 @@ def _captured_kernel_call(call):
     """The compiled kernel ``call()`` launches (the parallel one, or the serial one for small
     calls) and the arguments it passes (captured by one-off wrappers)."""
     seen = {}
-    names = ("_rope_kernel", "_rope_kernel_serial")
+    names = ("_rows_kernel", "_rows_kernel_serial", "_rope_kernel", "_rope_kernel_serial")
     kernels = {name: getattr(krope, name) for name in names}
 
     def spy_of(kernel):
@@ -97,14 +97,10 @@ def measure_shape(shape, repeat: int) -> dict:
     for _ in range(20):
         apply()
     kernel, args = _captured_kernel_call(apply)
-    # _rope_kernel(xb1, ob1, A1, I1, meta1, n1, xb2, ob2, ...): ob1 (and ob2, the same buffer when there is
-    # no second operand) is the flat output buffer, allocated per call as rope.apply does.
-    out1, out2 = 1, 7
+    # both kernels take (xb, ob, ...): ob is the flat output buffer, allocated per call as rope.apply does
 
     def rotation():
-        ob = np.empty_like(args[out1])
-        kernel(*args[:out1], ob, *args[out1 + 1:out2], ob if args[out2] is args[out1] else args[out2],
-               *args[out2 + 1:])
+        kernel(args[0], np.empty_like(args[1]), *args[2:])
 
     t_apply, t_rot = _median_us(apply, repeat), _median_us(rotation, repeat)
     row = {"shape": list(shape), "apply_us": round(t_apply, 1), "rotation_us": round(t_rot, 1),

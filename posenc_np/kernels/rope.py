@@ -14,7 +14,15 @@ values); :func:`rotate_tables` is the unchecked entry :func:`posenc_np.rope.rota
 
 How the work is laid out (no copy of ``x`` for any strides)
 -----------------------------------------------------------
-``x``'s leading axes split into *table axes* (where ``cos``/``sin`` vary) and *broadcast axes*
+Two paths. When ``x``, ``out`` and the tables are all C-contiguous and the tables vary along one
+run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for
+``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
+``(rows, D)`` view with table row ``(r // rep) % table_rows``, ``prange`` over rows: each thread
+streams one contiguous range of ``x`` and ``out``, and first-touches its own pages of a new
+``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on
+large calls over the planned path).
+
+Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where ``cos``/``sin`` vary) and *broadcast axes*
 (where they repeat). The Python wrapper builds the element offset of every row along each group
 from each operand's own strides (negative, zero, transposed: any; 8 bytes per row per operand)
 and hands the kernel flat 1-D views. The group with the smaller ``x`` stride is walked
@@ -34,7 +42,9 @@ per thread) run on one thread.
 from __future__ import annotations
 
 import contextlib
-import threading
+import functools
+import math
+import types
 
 import numba
 import numpy as np
@@ -62,7 +72,9 @@ _ELEMENTS_PER_THREAD = 1 << 17
 
 # --------------------------------------------------------------------------- kernel
 #
-# Three layers, each compiled once per dtype:
+# The memory-order path is one kernel, _rows_kernel: prange over rows, _rotate_row inlined once
+# per specialisation (in place or not). The planned path has three layers, each compiled once
+# per dtype:
 #   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
 #                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
 #   _rotate_block  one work item (a block of outer x inner rows): calls _walk
@@ -211,24 +223,63 @@ def _rotate_block(item, xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved,
               interleaved, sign)
 
 
-def _rope_kernel_of(parallel: bool):
-    """The kernel, compiled with ``parallel`` or not (the serial one runs small calls on the
-    calling thread: no thread wake-up and no change of Numba's thread count, which costs tens
-    of microseconds per call). One body for both; each gets its own name for Numba's cache."""
-
-    def kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleaved, inverse):
-        """Rotate every row of one operand: ``prange`` over its ``n_items`` work items (see
-        :func:`_rotate_block`)."""
-        for item in numba.prange(n_items):
-            # int64(): the prange index may be typed uint64, which would compile the block twice
-            _rotate_block(numba.int64(item), xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse)
-
-    kernel.__name__ = kernel.__qualname__ = "_rope_kernel" if parallel else "_rope_kernel_serial"
-    return njit_kernel(parallel=parallel, fastmath=_FASTMATH)(kernel)
+def _rope_kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleaved, inverse):
+    """Rotate every row of one operand: ``prange`` over its ``n_items`` work items (see
+    :func:`_rotate_block`)."""
+    for item in numba.prange(n_items):
+        # int64(): the prange index may be typed uint64, which would compile the block twice
+        _rotate_block(numba.int64(item), xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse)
 
 
-_rope_kernel = _rope_kernel_of(True)
-_rope_kernel_serial = _rope_kernel_of(False)
+def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
+    """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) in memory order.
+
+    Row ``r`` takes table row ``(r // rep) % table_rows`` of C-contiguous tables. ``prange`` runs
+    over items of ``_ROWS_PER_ITEM`` consecutive rows, so each thread streams one contiguous range
+    of ``x`` and ``out`` (and first-touches its own pages of a new ``out``); an item divides once
+    for its first table row and then counts (two integer divisions per row cost more than a short
+    row: 3.4x the time at D = 16, measured). ``xb is None``: in place (``out`` is ``x``), resolved
+    at compile time, as in :func:`_walk`.
+    """
+    one = ob.dtype.type(1)
+    sign = -one if inverse else one
+    d = 2 * n_pairs
+    for item in numba.prange((n_rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM):
+        lo = numba.int64(item) * _ROWS_PER_ITEM
+        q = lo // rep
+        j = lo - q * rep  # row lo is repeat j of table row t
+        t = q % table_rows
+        for r in range(lo, min(n_rows, lo + _ROWS_PER_ITEM)):
+            row, t_row = r * width, t * d
+            if xb is None:
+                _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
+            else:
+                _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, False)
+            j += 1
+            if j == rep:
+                j = 0
+                t = t + 1 if t + 1 < table_rows else 0
+
+
+def _parallel_and_serial(kernel):
+    """``kernel`` compiled twice: with its ``prange`` spread over Numba's threads, and serial (small
+    calls run on the calling thread: no thread wake-up and no change of Numba's thread count,
+    which costs tens of microseconds per call). The serial copy is compiled ``noalias`` (``_run``
+    guarantees it, see above): at L2-resident sizes the memory-order path then runs 1.3-2x faster
+    in place (measured at (1, 4, 128, 128) and (8, 4, 128, 16) float32). One body; each copy has
+    its own name, so its own entry in Numba's cache."""
+    compiled = []
+    for parallel, suffix in ((True, ""), (False, "_serial")):
+        copy = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + suffix)
+        copy.__qualname__, copy.__doc__ = copy.__name__, kernel.__doc__
+        compiled.append(njit_kernel(parallel=parallel, fastmath=_FASTMATH, noalias=not parallel)(copy))
+    return tuple(compiled)
+
+
+# Rows per work item of the memory-order path (64 rows of 128 float32 channels: 32 KiB of x).
+_ROWS_PER_ITEM = 64
+_rope_kernel, _rope_kernel_serial = _parallel_and_serial(_rope_kernel)
+_rows_kernel, _rows_kernel_serial = _parallel_and_serial(_rows_kernel)
 
 
 # --------------------------------------------------------------------------- planning (Python)
@@ -327,7 +378,7 @@ def _blocks(n_outer: int, n_inner: int, threads: int, table_rows: str, table_row
 
 
 def _plan(lead, x_strides, out_strides, table_strides, threads, table_row_bytes):
-    """Row offsets, loop order and blocking for one geometry (cached when small, see :data:`_PLANS`).
+    """Row offsets, loop order and blocking for one geometry (:func:`_cached_plan` keeps small ones).
 
     ``table_strides``: the leading strides of ``cos`` and ``sin`` (laid out alike), aligned with
     ``lead``. The leading axes split into *table axes*
@@ -340,10 +391,6 @@ def _plan(lead, x_strides, out_strides, table_strides, threads, table_row_bytes)
     ``(3, inner rows)`` hold the row offsets of x, out and the tables (zeros along the broadcast
     axes; origins not included).
     """
-    key = (lead, x_strides, out_strides, table_strides, threads, table_row_bytes)
-    plan = _PLANS.get(key)
-    if plan is not None:
-        return plan
     t_axes = [k for k, n in enumerate(lead) if n > 1 and table_strides[k]]
     b_axes = [k for k, n in enumerate(lead) if n > 1 and not table_strides[k]]
 
@@ -361,29 +408,14 @@ def _plan(lead, x_strides, out_strides, table_strides, threads, table_row_bytes)
             for axes in (outer, inner))
     a_block, b_block = _blocks(A.shape[1], I.shape[1], threads, "inner" if tables_inner else "outer",
                                table_row_bytes)
-    plan = (_readonly(A), _readonly(I), a_block, b_block, tables_inner)
-    if A.shape[1] + I.shape[1] <= _PLAN_CACHE_ROWS:
-        _remember(_PLANS, key, plan)
-    return plan
+    return _readonly(A), _readonly(I), a_block, b_block, tables_inner
 
 
-def _remember(cache: dict, key, value):
-    """Insert into a small FIFO cache (thread-safe: two Python threads may plan at once)."""
-    with _CACHE_LOCK:
-        if len(cache) >= _PLAN_CACHE_SIZE:
-            cache.pop(next(iter(cache)), None)
-        cache[key] = value
-
-
-# Plans (offset arrays, read-only) of recent small geometries: a training loop calls the
-# kernel with the same shapes again and again. Large geometries are not cached (building
-# their offsets is cheap next to the kernel, and they would pin memory).
-_PLANS: dict = {}
-# Planned launches of recent geometries whose arrays are all C-contiguous (see _launch_key):
-# the kernel arguments other than the arrays of x, out and the tables.
-_LAUNCHES: dict = {}
-_CACHE_LOCK = threading.Lock()
-_PLAN_CACHE_SIZE = 32
+# Plans (read-only offset arrays) of the 32 most recent small geometries: a training loop rotates
+# the same strided q and k views again and again (docs/benchmarks.md, "RoPE kernel machinery").
+# Large geometries are planned per call: their offsets are cheap next to the rotation and would
+# pin memory.
+_cached_plan = functools.lru_cache(maxsize=32)(_plan)
 _PLAN_CACHE_ROWS = 1 << 16
 
 
@@ -409,43 +441,43 @@ def _num_threads(use: int, threads: int):
         numba.set_num_threads(threads)
 
 
-def _simple(a: np.ndarray) -> bool:
-    """C-contiguous, native, aligned and not empty: the kernel reads it as ``a.reshape(-1)``."""
-    return a.flags.c_contiguous and a.flags.aligned and a.dtype.isnative and a.size > 0
+def _rows_geometry(x, target, cos, sin):
+    """``(table_rows, rep)`` when the memory-order path can rotate ``x`` into ``target``, else None.
 
-
-def _launch_key(x, out, cos, sin, layout, inverse):
-    """Key of :data:`_LAUNCHES` for a call whose every array is :func:`_simple`, or None.
-
-    Such a call's launch depends only on shapes, dtype and flags: the flat views are the arrays
-    themselves, and the row offsets, blocks and ``meta`` follow from the shapes. The output must
-    share no memory with the tables, nor with ``x`` unless it *is* ``x`` (in place; another view
-    of ``x``'s memory takes the general path), and the tables must be writeable arrays (the type
-    ``_table_view`` gives them), else the general path handles the call (copies, aliasing views).
-    The thread count is ``key[5]`` (:func:`_thread_count`).
+    That path reads every array as its flat C-order buffer: ``x``, ``target`` and the tables
+    C-contiguous, native and aligned, ``target`` either ``x`` itself or sharing no memory with it,
+    the tables sharing none with ``target``, and the axes along which the tables vary one run of
+    ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for ``(B, T, H, D)``).
+    Row ``r`` of ``x`` then takes table row ``(r // rep) % table_rows``, ``rep`` being the number
+    of rows of the axes after that run.
     """
-    if not (_simple(cos) and _simple(sin) and cos.flags.writeable and sin.flags.writeable
-            and cos.shape == sin.shape and _simple(x) and (out is None or (_simple(out) and out.flags.writeable))):
+    for a in (x, target, cos, sin):
+        flags = a.flags
+        if not (flags.c_contiguous and flags.aligned and a.dtype.isnative):
+            return None
+    # C-contiguous arrays share memory exactly when their address ranges overlap
+    if cos.shape != sin.shape or np.may_share_memory(cos, target) or np.may_share_memory(sin, target):
         return None
-    if out is not None and any(np.may_share_memory(out, a) for a in ((cos, sin) if out is x else (cos, sin, x))):
-        return None  # (C-contiguous arrays: overlapping ranges share elements)
-    return (cos.shape, cos.dtype.char, sin is cos, layout, bool(inverse), _thread_count(x.size), x.shape,
-            x.dtype.char, out is x)
+    if target is not x and np.may_share_memory(x, target) and not _same_view(x, target):
+        return None
+    lead = x.shape[:-1]
+    t_lead = (1,) * (len(lead) - (cos.ndim - 1)) + cos.shape[:-1]
+    axes = [k for k, n in enumerate(lead) if n > 1]  # size-1 axes of x do not count
+    varying = [i for i, k in enumerate(axes) if t_lead[k] > 1]
+    if varying and varying[-1] - varying[0] + 1 != len(varying):
+        return None
+    table_rows = math.prod(lead[axes[i]] for i in varying)
+    return table_rows, math.prod(lead[k] for k in axes[varying[-1] + 1:]) if varying else 1
 
 
 def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
-    """Plan the rotation of ``x`` (row offsets, flat views, blocks) and launch the kernel.
+    """Rotate ``x`` into ``out`` (None: a new array) by checked tables of ``x``'s dtype that
+    broadcast against it, and return the result.
 
-    ``out``: the result array or None (a new array); ``cos``, ``sin``: checked tables of ``x``'s
-    dtype broadcasting against it. A call whose arrays are all C-contiguous (the common case, see
-    :func:`_launch_key`) plans once per geometry: later calls take the planned launch from
-    :data:`_LAUNCHES` and only swap in their arrays (``docs/benchmarks.md``, "RoPE kernel
-    machinery").
+    Two paths: when every array is C-contiguous (the common case, :func:`_rows_geometry`) the rows
+    are rotated in memory order with no plan; any other strides take the planned path (row
+    offsets built from each operand's strides, :func:`_plan`).
     """
-    key = _launch_key(x, out, cos, sin, layout, inverse)
-    hit = _LAUNCHES.get(key) if key is not None else None
-    if hit is not None:
-        return _launch_planned(x, out, cos, sin, hit, key[5])
     if out is None:
         result = target = np.empty_like(x, dtype=x.dtype.newbyteorder("="))
     else:
@@ -454,55 +486,57 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
     if x.size:
         threads = _thread_count(x.size)
         use = max(1, min(threads, x.size // _ELEMENTS_PER_THREAD))
-        cos, sin = (_table_view(_copy_if_overlapping(t, target)) for t in (cos, sin))
-        if cos.strides != sin.strides:  # one row offset serves both tables: lay them out alike
-            cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
-        cb, c0, cs = _flat(cos, writeable=True)
-        sb = cb if sin is cos else _flat(sin, writeable=True)[0]  # same shape and strides: same origin
-        if not _kernel_ready(x):
-            x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
-        # An input that overlaps the output (other than exactly, in place) is read from a copy, as
-        # NumPy's ufuncs do; the kernel then never sees a written array aliasing another argument,
-        # which its ``noalias`` compilation relies on.
-        in_place = _same_view(x, target)
-        if not in_place and _overlaps(x, target):
-            x = x.copy()
-        xb, x0, xs = _flat(x, writeable=False)
-        ob, o0, os_ = _flat(target, writeable=True)
-        A, I, a_block, b_block, tables_inner = _plan(x.shape[:-1], xs, os_, _lead_strides(cos, cs, x.ndim - 1), use,
-                                                     2 * cos.shape[-1] * cos.dtype.itemsize)
-        if x0 or o0 or c0:
-            A = A + np.array([[x0], [o0], [c0]], dtype=np.int64)
-        meta = _readonly(np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64))
-        A, I = (M if not M.flags.writeable else _readonly(M) for M in (A, I))
-        n_items = -(-A.shape[1] // a_block) * -(-I.shape[1] // b_block)
-        plan = (A, I, meta, n_items)
         rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
-        _launch((xb, ob, *plan, cb, sb, *rest), use, threads)
-        if key is not None and A.shape[1] + I.shape[1] <= _PLAN_CACHE_ROWS:
-            # the launch without this call's arrays (never pin them); small plans only, as in _plan
-            _remember(_LAUNCHES, key, (plan, rest, use))
+        rows = _rows_geometry(x, target, cos, sin)
+        if rows is not None:
+            xb = None if target is x or _same_view(x, target) else _typed_writeable(x.reshape(-1))
+            cb = _typed_writeable(cos.reshape(-1))
+            sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
+            _launch((_rows_kernel, _rows_kernel_serial), use, threads, xb, target.reshape(-1), cb, sb,
+                    x.size // x.shape[-1], *rows, *rest)
+        else:
+            _launch((_rope_kernel, _rope_kernel_serial), use, threads, *_planned(x, target, cos, sin, use), *rest)
     if target is not result:
         result[...] = target
     return result
 
 
-def _launch(args, use: int, threads: int):
+def _planned(x, target, cos, sin, use: int) -> tuple:
+    """The planned path's kernel arguments before ``n_pairs``: flat views of ``x`` (a copy when it
+    is not kernel-ready or overlaps ``target`` other than exactly) and ``target``, the plan (row
+    offsets, ``meta``, work items) and flat views of the tables."""
+    cos, sin = (_table_view(_copy_if_overlapping(t, target)) for t in (cos, sin))
+    if cos.strides != sin.strides:  # one row offset serves both tables: lay them out alike
+        cos, sin = np.ascontiguousarray(cos), np.ascontiguousarray(sin)
+    cb, c0, cs = _flat(cos, writeable=True)
+    sb = cb if sin is cos else _flat(sin, writeable=True)[0]  # same shape and strides: same origin
+    if not _kernel_ready(x):
+        x = np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("="))
+    # An input that overlaps the output (other than exactly, in place) is read from a copy, as
+    # NumPy's ufuncs do; the kernel then never sees a written array aliasing another argument,
+    # which its ``noalias`` compilation relies on.
+    in_place = _same_view(x, target)
+    if not in_place and _overlaps(x, target):
+        x = x.copy()
+    xb, x0, xs = _flat(x, writeable=False)
+    ob, o0, os_ = _flat(target, writeable=True)
+    planner = _cached_plan if math.prod(x.shape[:-1]) <= _PLAN_CACHE_ROWS else _plan
+    A, I, a_block, b_block, tables_inner = planner(x.shape[:-1], xs, os_, _lead_strides(cos, cs, x.ndim - 1), use,
+                                                   2 * cos.shape[-1] * cos.dtype.itemsize)
+    if x0 or o0 or c0:
+        A = _readonly(A + np.array([[x0], [o0], [c0]], dtype=np.int64))
+    meta = _readonly(np.array([xs[-1], os_[-1], tables_inner, a_block, b_block, in_place], dtype=np.int64))
+    n_items = -(-A.shape[1] // a_block) * -(-I.shape[1] // b_block)
+    return xb, ob, A, I, meta, n_items, cb, sb
+
+
+def _launch(kernels, use: int, threads: int, *args):
+    """``kernels[1](*args)`` (serial) for one thread, else ``kernels[0](*args)`` on ``use`` threads."""
     if use == 1:
-        _rope_kernel_serial(*args)
+        kernels[1](*args)
     else:
         with launch_guard(), _num_threads(use, threads):
-            _rope_kernel(*args)
-
-
-def _launch_planned(x, out, cos, sin, planned, threads: int):
-    """:func:`_run` for a call of a planned geometry: its arrays into the planned launch."""
-    plan, rest, use = planned
-    result = np.empty_like(x) if out is None else out
-    cb = cos.reshape(-1)
-    _launch((_readonly(x.reshape(-1)), result.reshape(-1), *plan, cb, cb if sin is cos else sin.reshape(-1), *rest),
-            use, threads)
-    return result
+            kernels[0](*args)
 
 
 def _copy_if_overlapping(t: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -520,9 +554,13 @@ def _table_view(t: np.ndarray) -> np.ndarray:
     """
     if not (_kernel_ready(t) and t.strides[-1] == t.dtype.itemsize):
         t = np.ascontiguousarray(t, dtype=t.dtype.newbyteorder("="))
-    if not t.flags.writeable:
-        t = np.asarray(_WritableAlias(t))
-    return t
+    return _typed_writeable(t)
+
+
+def _typed_writeable(a: np.ndarray) -> np.ndarray:
+    """``a``, or when it is read-only a view of its memory that NumPy marks writeable, for an
+    array the kernel only reads: one array type for it, so one compiled specialisation."""
+    return a if a.flags.writeable else np.asarray(_WritableAlias(a))
 
 
 class _WritableAlias:
