@@ -441,33 +441,35 @@ def _num_threads(use: int, threads: int):
         numba.set_num_threads(threads)
 
 
-def _rows_geometry(x, target, cos, sin):
+def _rows_geometry(x, target, cos, sin, fresh: bool):
     """``(table_rows, rep)`` when the memory-order path can rotate ``x`` into ``target``, else None.
 
     That path reads every array as its flat C-order buffer: ``x``, ``target`` and the tables
-    C-contiguous, native and aligned, ``target`` either ``x`` itself or sharing no memory with it,
-    the tables sharing none with ``target``, and the axes along which the tables vary one run of
-    ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for ``(B, T, H, D)``).
-    Row ``r`` of ``x`` then takes table row ``(r // rep) % table_rows``, ``rep`` being the number
-    of rows of the axes after that run.
+    C-contiguous, native and aligned; ``target`` either ``x`` itself or sharing no memory with it,
+    and sharing none with the tables (``fresh``: ``target`` is a new array, which shares nothing);
+    and the axes along which the tables vary one run of ``x``'s leading axes (``(T, d)`` tables for
+    ``(B, H, T, D)``, ``(T, 1, d)`` for ``(B, T, H, D)``). Row ``r`` of ``x`` then takes table row
+    ``(r // rep) % table_rows``, ``rep`` being the number of rows of the axes after that run.
     """
     for a in (x, target, cos, sin):
         flags = a.flags
         if not (flags.c_contiguous and flags.aligned and a.dtype.isnative):
             return None
-    # C-contiguous arrays share memory exactly when their address ranges overlap
-    if cos.shape != sin.shape or np.may_share_memory(cos, target) or np.may_share_memory(sin, target):
+    if cos.shape != sin.shape:
         return None
-    if target is not x and np.may_share_memory(x, target) and not _same_view(x, target):
+    # (C-contiguous arrays share memory exactly when their address ranges overlap)
+    if not fresh and (np.may_share_memory(cos, target) or np.may_share_memory(sin, target)
+                      or (target is not x and np.may_share_memory(x, target) and not _same_view(x, target))):
         return None
-    lead = x.shape[:-1]
-    t_lead = (1,) * (len(lead) - (cos.ndim - 1)) + cos.shape[:-1]
-    axes = [k for k, n in enumerate(lead) if n > 1]  # size-1 axes of x do not count
-    varying = [i for i, k in enumerate(axes) if t_lead[k] > 1]
-    if varying and varying[-1] - varying[0] + 1 != len(varying):
-        return None
-    table_rows = math.prod(lead[axes[i]] for i in varying)
-    return table_rows, math.prod(lead[k] for k in axes[varying[-1] + 1:]) if varying else 1
+    lead, t_lead = x.shape[:-1], cos.shape[:-1]
+    shift = len(lead) - len(t_lead)
+    varying = [k + shift for k, n in enumerate(t_lead) if n > 1]
+    if not varying:
+        return 1, 1
+    first, last = varying[0], varying[-1] + 1
+    if shift < 0 or t_lead[first - shift:last - shift] != lead[first:last]:
+        return None  # (an axis inside the run along which the tables repeat)
+    return math.prod(lead[first:last]), math.prod(lead[last:])
 
 
 def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
@@ -487,7 +489,7 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
         threads = _thread_count(x.size)
         use = max(1, min(threads, x.size // _ELEMENTS_PER_THREAD))
         rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
-        rows = _rows_geometry(x, target, cos, sin)
+        rows = _rows_geometry(x, target, cos, sin, fresh=target is not out)
         if rows is not None:
             xb = None if target is x or _same_view(x, target) else _typed_writeable(x.reshape(-1))
             cb = _typed_writeable(cos.reshape(-1))
@@ -587,7 +589,8 @@ _EMPTY = {4: _readonly(np.zeros(1, np.float32)), 8: _readonly(np.zeros(1, np.flo
 # --------------------------------------------------------------------------- public API
 
 def _cast_tables(cos, sin, dtype):
-    return (cos.astype(dtype.newbyteorder("="), copy=False), sin.astype(dtype.newbyteorder("="), copy=False))
+    native = dtype.newbyteorder("=")
+    return cos.astype(native, copy=False), sin.astype(native, copy=False)
 
 
 def rope_apply(x: ArrayLike, cos: ArrayLike, sin: ArrayLike, *, layout: str, inverse: bool = False,
