@@ -17,9 +17,9 @@ How the work is laid out (no copy of ``x`` for any strides)
 Two paths. When ``x``, ``out`` and the tables are all C-contiguous and the tables vary along one
 run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for
 ``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
-``(rows, D)`` view with table row ``(r // rep) % table_rows``, ``prange`` over rows: each thread
-streams one contiguous range of ``x`` and ``out``, and first-touches its own pages of a new
-``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on
+``(rows, D)`` view with table row ``(r // rep) % table_rows``, ``prange`` over blocks of 64 rows:
+each thread streams one contiguous range of ``x`` and ``out``, and first-touches its own pages of
+a new ``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on
 large calls over the planned path).
 
 Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where ``cos``/``sin`` vary) and *broadcast axes*
@@ -72,8 +72,8 @@ _ELEMENTS_PER_THREAD = 1 << 17
 
 # --------------------------------------------------------------------------- kernel
 #
-# The memory-order path is one kernel, _rows_kernel: prange over rows, _rotate_row inlined once
-# per specialisation (in place or not). The planned path has three layers, each compiled once
+# The memory-order path is one kernel, _rows_kernel: prange over blocks of rows, _rotate_row
+# inlined once per specialisation (in place or not). The planned path has three layers, each compiled once
 # per dtype:
 #   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
 #                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
@@ -265,9 +265,10 @@ def _parallel_and_serial(kernel):
     """``kernel`` compiled twice: with its ``prange`` spread over Numba's threads, and serial (small
     calls run on the calling thread: no thread wake-up and no change of Numba's thread count,
     which costs tens of microseconds per call). The serial copy is compiled ``noalias`` (``_run``
-    guarantees it, see above): at L2-resident sizes the memory-order path then runs 1.3-2x faster
-    in place (measured at (1, 4, 128, 128) and (8, 4, 128, 16) float32). One body; each copy has
-    its own name, so its own entry in Numba's cache."""
+    guarantees it, see the comment above ``_rotate_row``): at L2-resident sizes the memory-order
+    path then runs 1.2-2.6x faster in place and up to 1.4x out of place (one thread, float32,
+    (1, 4, 128, 128), (8, 4, 128, 16) and (1, 2, 256, 64), measured). One body; each copy has its
+    own name, so its own entry in Numba's cache."""
     compiled = []
     for parallel, suffix in ((True, ""), (False, "_serial")):
         copy = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + suffix)
@@ -412,7 +413,7 @@ def _plan(lead, x_strides, out_strides, table_strides, threads, table_row_bytes)
 
 
 # Plans (read-only offset arrays) of the 32 most recent small geometries: a training loop rotates
-# the same strided q and k views again and again (docs/benchmarks.md, "RoPE kernel machinery").
+# the same strided q and k views again and again (docs/benchmarks.md, "Kernel mechanisms").
 # Large geometries are planned per call: their offsets are cheap next to the rotation and would
 # pin memory.
 _cached_plan = functools.lru_cache(maxsize=32)(_plan)
