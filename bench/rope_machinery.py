@@ -38,7 +38,7 @@ from posenc_np.kernels import rope as krope
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
     krope._rows_geometry, krope._cached_plan = saved["rows"], saved["plan"]
     if not on and mechanism == "memory-order path":
-        krope._rows_geometry = lambda *args: None
+        krope._rows_geometry = lambda *args, **kwargs: None
     if not on and mechanism == "plan cache":
         krope._cached_plan = krope._plan
 
