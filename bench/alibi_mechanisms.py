@@ -20,10 +20,15 @@ tiles with d = 64 (the kernel's tiles), ``calls`` repetitions inside one compile
 
 Rounds alternate the order of the variants; the table gives the median over rounds of each
 variant's time per call (microseconds), and what the mechanism saves of the whole tile step.
+
+A second table times one mechanism of the door, on a whole call: the float16 <-> float32 loops
+(``_half_to_float`` / ``_float_to_half``, used by ``_items`` and ``_to_io``), against NumPy's casts
+in their place, in ``fused_forward`` on float16 ``(1, 8, 2048, 64)`` q, k, v, causal, one thread.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import sys
@@ -166,6 +171,36 @@ def measure(rounds: int = 11) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def conversions(rounds: int = 11) -> dict:
+    """Seconds per ``fused_forward`` call on float16 inputs with the library's conversion loops and
+    with NumPy's casts in their place (same bits: ``tests/test_kernels_alibi.py``)."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 8, 2048, 64)).astype(np.float16) for _ in range(3))
+    slopes = 2.0 ** -np.arange(1.0, 9.0)
+    loops = (kalibi._items, kalibi._to_io)
+
+    def numpy_items(a, compute):
+        return np.ascontiguousarray(a.reshape((math.prod(a.shape[:-2]),) + a.shape[-2:]), dtype=compute)
+
+    def numpy_to_io(a, io):
+        return a.astype(io, copy=False)
+
+    variants = {"conversion loops": loops, "NumPy casts": (numpy_items, numpy_to_io)}
+    times = {name: [] for name in variants}
+    try:
+        for r in range(rounds):
+            order = list(variants.items())
+            for name, (items, to_io) in (order if r % 2 == 0 else order[::-1]):
+                kalibi._items, kalibi._to_io = items, to_io
+                kalibi.fused_forward(q, k, v, slopes, True, 0.125, 0)
+                t0 = time.perf_counter()
+                kalibi.fused_forward(q, k, v, slopes, True, 0.125, 0)
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        kalibi._items, kalibi._to_io = loops
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def markdown(us: dict) -> str:
     step = us["library tile step"]
     rows = [("transposed key tiles", "QK^T, transposed view", "QK^T, transposed key tile"),
@@ -181,6 +216,16 @@ def markdown(us: dict) -> str:
     return "\n".join(lines)
 
 
+def conversions_markdown(s: dict) -> str:
+    on, off = s["conversion loops"], s["NumPy casts"]
+    return "\n".join([
+        "| mechanism | call | without (ms) | with (ms) | saved |", "|---|---|---:|---:|---:|",
+        f"| float16 conversion loops | fused forward, float16 (1, 8, 2048, 64), causal, one thread | "
+        f"{1e3 * off:.1f} | {1e3 * on:.1f} | {100 * (1 - on / off):.0f} % |"])
+
+
 if __name__ == "__main__":
-    result = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 11)
-    print(markdown(result))
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 11
+    print(markdown(measure(rounds)))
+    print()
+    print(conversions_markdown(conversions(rounds)))

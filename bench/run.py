@@ -273,8 +273,9 @@ def mechanisms(quick: bool = False) -> dict:
         "Each mechanism switched off (replaced by what it replaced) against on, in rounds that alternate "
         f"the order, {rounds} rounds, medians.",
         "",
-        "**Fused ALiBi forward, per 64 x 64 tile step** (`python bench/alibi_mechanisms.py`: one thread, float32, "
-        "d = 64; each variant a compiled loop of 4000 calls):",
+        "**Fused ALiBi forward, per 64 x 64 tile step, and its door's float16 conversions** "
+        "(`python bench/alibi_mechanisms.py`: one thread; the tile table float32, d = 64, each variant a compiled "
+        "loop of 4000 calls; the conversions on a whole float16 call, one call per variant and round):",
         "",
         tables["alibi"],
         "",
