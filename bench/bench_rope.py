@@ -329,7 +329,7 @@ def _markdown(result) -> str:
                 continue
             goal = "reported" if v["target_pct"] is None else (
                 f">= {v['target_pct']:.0f} %: {'met' if v['met'] else 'NOT met'}")
-            text.append(f"- {name}: median {v['median_pct_roofline']:.0f} %, min {v['min_pct_roofline']:.0f} % "
+            text.append(f"- {name}: median {v['median_pct_roofline']:.1f} %, min {v['min_pct_roofline']:.0f} % "
                         f"of its roofline ({goal})")
         if "alloc_over_out" in t:
             v = t["alloc_over_out"]
