@@ -170,12 +170,23 @@ def test_one_row_decode_step_and_odd_sizes():
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_large_parallel_case(layout):
-    """Big enough for both threads and many work items, with the DRAM-like block walk."""
+    """Big enough for both threads and many work items: the memory-order path's parallel kernel on
+    (B, H, T, D) and (B, T, H, D) (a table row repeated over heads, across item boundaries), out of
+    place and in place, and the planned path's on a strided view."""
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 8, 1031, 64)).astype(np.float32)
     cos, sin = rope.cos_sin(np.arange(1031), inv_freq(64), layout=layout, dtype=np.float32)
+    x_bthd = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    assert krope._rows_geometry(x_bthd, x_bthd, cos[:, None], sin[:, None], fresh=False) == (1031, 8)
     for inverse in (False, True):
         check_exact(rope_apply(x, cos, sin, layout=layout, inverse=inverse), x, cos, sin, layout, inverse)
+        for xc, c, s in ((x, cos, sin), (x_bthd, cos[:, None], sin[:, None])):
+            y = xc.copy()
+            assert rope_apply(y, c, s, layout=layout, inverse=inverse, out=y) is y
+            np.testing.assert_array_equal(y, ref_rotate(xc, c, s, layout, inverse))
+        view = x_bthd.transpose(0, 2, 1, 3)  # (B, H, T, D) strides over a (B, T, H, D) buffer
+        assert krope._rows_geometry(view, np.empty_like(view), cos, sin, fresh=True) is None
+        check_exact(rope_apply(view, cos, sin, layout=layout, inverse=inverse), view, cos, sin, layout, inverse)
 
 
 def test_float64_tables_with_float32_x_are_cast_first():

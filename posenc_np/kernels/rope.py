@@ -22,8 +22,8 @@ each thread streams one contiguous range of ``x`` and ``out``, and first-touches
 a new ``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on
 large calls over the planned path).
 
-Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where ``cos``/``sin`` vary) and *broadcast axes*
-(where they repeat). The Python wrapper builds the element offset of every row along each group
+Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where
+``cos``/``sin`` vary) and *broadcast axes* (where they repeat). The Python wrapper builds the element offset of every row along each group
 from each operand's own strides (negative, zero, transposed: any; 8 bytes per row per operand)
 and hands the kernel flat 1-D views. The group with the smaller ``x`` stride is walked
 innermost, so ``(B, H, T, D)`` with ``(T, d)`` tables streams each head's rows in memory order,
@@ -73,8 +73,8 @@ _ELEMENTS_PER_THREAD = 1 << 17
 # --------------------------------------------------------------------------- kernel
 #
 # The memory-order path is one kernel, _rows_kernel: prange over blocks of rows, _rotate_row
-# inlined once per specialisation (in place or not). The planned path has three layers, each compiled once
-# per dtype:
+# inlined once per specialisation (in place or not). The planned path has three layers, each
+# compiled once per dtype:
 #   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
 #                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
 #   _rotate_block  one work item (a block of outer x inner rows): calls _walk
@@ -464,11 +464,13 @@ def _rows_geometry(x, target, cos, sin, fresh: bool):
         return None
     lead, t_lead = x.shape[:-1], cos.shape[:-1]
     shift = len(lead) - len(t_lead)
+    if shift < 0:
+        return None
     varying = [k + shift for k, n in enumerate(t_lead) if n > 1]
     if not varying:
         return 1, 1
     first, last = varying[0], varying[-1] + 1
-    if shift < 0 or t_lead[first - shift:last - shift] != lead[first:last]:
+    if t_lead[first - shift:last - shift] != lead[first:last]:
         return None  # (an axis inside the run along which the tables repeat)
     return math.prod(lead[first:last]), math.prod(lead[last:])
 
