@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from _support import require_module, require_tool
+from _support import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -48,7 +48,10 @@ def _run(args, **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory) -> Path:
-    require_module("setuptools")  # the build backend (python -m venv installs it on Python 3.11)
+    # the build backend (python -m venv installs it on Python 3.11); found, not imported here: importing
+    # setuptools replaces distutils in the test process, with a warning
+    require_tool(importlib.util.find_spec("setuptools") is not None, "the Python package 'setuptools'",
+                 "install it with python -m pip install '.[test]'")
     work = tmp_path_factory.mktemp("sdist")
     shutil.copytree(ROOT, work / "src", ignore=UNTRACKED, symlinks=True)
     code = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
