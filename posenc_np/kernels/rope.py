@@ -18,9 +18,9 @@ Two paths. When ``x``, ``out`` and the tables are all C-contiguous and the table
 run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for
 ``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
 ``(rows, D)`` view with table row ``(r // rep) % table_rows``. The table rows repeat every
-``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and each work item rotates a block of
-rows in two such periods at once (two heads), so that each table row is read once for two rows of
-``x``. ``prange`` runs over the items: each thread streams one contiguous range of ``x`` and
+``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and in place each work item rotates a
+block of rows in two such periods at once (two heads), so that each table row is read once for two
+rows of ``x``. ``prange`` runs over the items: each thread streams one contiguous range of ``x`` and
 ``out``, and first-touches its own pages of a new ``out``. It needs no plan
 (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on large calls over the planned
 path).
@@ -75,8 +75,8 @@ _ELEMENTS_PER_THREAD = 1 << 17
 
 # --------------------------------------------------------------------------- kernel
 #
-# The memory-order path is one kernel, _rows_kernel: prange over blocks of rows, _rotate_row
-# inlined once per specialisation (in place or not). The planned path has three layers, each
+# The memory-order path is two kernels, _rows_kernel (out of place) and _rows_in_place_kernel: a
+# prange over blocks of rows, _rotate_row inlined once. The planned path has three layers, each
 # compiled once per dtype:
 #   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
 #                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
@@ -235,19 +235,42 @@ def _rope_kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleave
 
 
 def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
-    """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) in memory order.
+    """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) into ``ob`` in
+    memory order.
 
-    Row ``r`` takes table row ``(r // rep) % table_rows`` of C-contiguous tables, so the table rows
-    repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of ``(B, H, T, D)`` with
-    ``(T, d)`` tables): view ``x`` as ``(n_rows / P, P)`` rows. A work item takes ``_ROWS_PER_ITEM``
-    consecutive rows of a period, or all of a shorter one, and rotates them in ``G`` consecutive
-    periods at once (``G`` = 2, or as many as make ``_ROWS_PER_ITEM`` rows): each table row is read
-    once for ``G`` rows of ``x``, from L1, while ``x`` is still read in ``G`` sequential streams.
-    The ``prange`` over the items gives each thread one contiguous range of ``x`` and ``out`` (and
-    its own pages of a new ``out`` to fault in). An item divides once for its first table row and
-    then counts (two integer divisions per row cost more than a short row: 3.4x the time at D = 16,
-    measured). ``xb is None``: in place (``out`` is ``x``), resolved at compile time, as in
-    :func:`_walk`.
+    Row ``r`` takes table row ``(r // rep) % table_rows`` of C-contiguous tables. ``prange`` runs
+    over items of ``_ROWS_PER_ITEM`` consecutive rows, so each thread streams one contiguous range
+    of ``x`` and ``out`` (and first-touches its own pages of a new ``out``); an item divides once
+    for its first table row and then counts (two integer divisions per row cost more than a short
+    row: 3.4x the time at D = 16, measured). In place, :func:`_rows_in_place_kernel`.
+    """
+    one = ob.dtype.type(1)
+    sign = -one if inverse else one
+    d = 2 * n_pairs
+    for item in numba.prange((n_rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM):
+        lo = numba.int64(item) * _ROWS_PER_ITEM
+        q = lo // rep
+        j = lo - q * rep  # row lo is repeat j of table row t
+        t = q % table_rows
+        for r in range(lo, min(n_rows, lo + _ROWS_PER_ITEM)):
+            row, t_row = r * width, t * d
+            _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, False)
+            j += 1
+            if j == rep:
+                j = 0
+                t = t + 1 if t + 1 < table_rows else 0
+
+
+def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
+    """:func:`_rows_kernel` in place (``ob`` is ``x``), two heads at a time.
+
+    The table rows repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of
+    ``(B, H, T, D)`` with ``(T, d)`` tables): view ``x`` as ``(n_rows / P, P)`` rows. A work item
+    takes ``_ROWS_PER_ITEM`` consecutive rows of a period (or all of a shorter one) and rotates them
+    in ``G`` consecutive periods at once, ``G`` = 2 or as many as make ``_ROWS_PER_ITEM`` rows: each
+    table row is read once for ``G`` rows of ``x`` (from L1 for the second), while ``x`` is still
+    read in ``G`` sequential streams. Items are ordered so that each thread's range of ``x`` is
+    contiguous. (Out of place the same order ran slower, see ``_PERIODS_PER_ITEM``.)
     """
     one = ob.dtype.type(1)
     sign = -one if inverse else one
@@ -255,7 +278,7 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interl
     period = table_rows * rep
     n_periods = n_rows // period
     block = min(period, _ROWS_PER_ITEM)  # rows of one period in an item
-    group = min(n_periods, max(_PERIODS_PER_ITEM, (_ROWS_PER_ITEM + period - 1) // period))  # periods an item
+    group = min(n_periods, max(_PERIODS_PER_ITEM, (_ROWS_PER_ITEM + period - 1) // period))  # periods
     blocks = (period + block - 1) // block
     for item in numba.prange(((n_periods + group - 1) // group) * blocks):
         g = numba.int64(item) // blocks
@@ -268,12 +291,7 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interl
             t_row = t * d
             for p in range(p_lo, p_hi):
                 row = (p * period + r) * width
-                if xb is None:
-                    _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign,
-                                True)
-                else:
-                    _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign,
-                                False)
+                _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
             j += 1
             if j == rep:
                 j = 0
@@ -296,14 +314,17 @@ def _parallel_and_serial(kernel):
     return tuple(compiled)
 
 
-# A work item of the memory-order path: 64 rows of a period (64 rows of 128 float32 channels: 32 KiB
-# of x) in 2 periods at once. Against one period an item, 2 measured in one process (float32,
-# 31 interleaved rounds, 2 threads): in place 68-74 -> 76 % of the scale roofline on (4, 32, 2048,
-# 128), 50 -> 71-73 % on (64, 8, 256, 64); out= the same or faster; (B, T, H, D) unchanged.
+# A work item of the memory-order path: 64 rows (64 rows of 128 float32 channels: 32 KiB of x); in
+# place, 64 rows of each of 2 periods. Measured against one period an item, in one process (float32,
+# 2 threads, interleaved rounds): in place 68-74 -> 76 % of the scale roofline on (4, 32, 2048, 128),
+# 50 -> 71-73 % on (64, 8, 256, 64); out of place ((524288, 128) rows, (4096, 128) tables, caches
+# swept before each call) 25.3 -> 20.2 and 28.5 -> 25.7 GB/s (half), 24.8 -> 22.9 and 28.8 -> 23.9 GB/s
+# (interleaved), hence the two kernels.
 _ROWS_PER_ITEM = 64
 _PERIODS_PER_ITEM = 2
 _rope_kernel, _rope_kernel_serial = _parallel_and_serial(_rope_kernel)
 _rows_kernel, _rows_kernel_serial = _parallel_and_serial(_rows_kernel)
+_rows_in_place_kernel, _rows_in_place_kernel_serial = _parallel_and_serial(_rows_in_place_kernel)
 
 
 # --------------------------------------------------------------------------- planning (Python)
@@ -517,11 +538,15 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
         rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
         rows = _rows_geometry(x, target, cos, sin, fresh=target is not out)
         if rows is not None:
-            xb = None if target is x or _same_view(x, target) else _typed_writeable(x.reshape(-1))
             cb = _typed_writeable(cos.reshape(-1))
             sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
-            _launch((_rows_kernel, _rows_kernel_serial), use, threads, xb, target.reshape(-1), cb, sb,
-                    x.size // x.shape[-1], *rows, *rest)
+            n_rows = x.size // x.shape[-1]
+            if target is x or _same_view(x, target):
+                _launch((_rows_in_place_kernel, _rows_in_place_kernel_serial), use, threads, target.reshape(-1), cb,
+                        sb, n_rows, *rows, *rest)
+            else:
+                _launch((_rows_kernel, _rows_kernel_serial), use, threads, _typed_writeable(x.reshape(-1)),
+                        target.reshape(-1), cb, sb, n_rows, *rows, *rest)
         else:
             _launch((_rope_kernel, _rope_kernel_serial), use, threads, *_planned(x, target, cos, sin, use), *rest)
     if target is not result:
