@@ -1,4 +1,4 @@
-"""What the RoPE kernel's two mechanisms buy, through the public API: an interleaved A/B in one process.
+"""What the RoPE kernel's mechanisms buy, through the public API: an interleaved A/B in one process.
 
 ``python bench/rope_machinery.py [ROUNDS]``. Each mechanism of ``posenc_np/kernels/rope.py`` is
 switched off by replacing it for the duration of a round (``off``) and left as it is (``on``);
@@ -9,6 +9,9 @@ Mechanisms:
 * ``memory-order path`` (``_rows_geometry`` / ``_rows_kernel``): a call whose arrays are all
   C-contiguous rotates its rows in memory order with no plan; off: ``_rows_geometry`` returns
   None, so the call takes the planned path (row offsets, blocks of table rows) as strided calls do;
+* ``two heads at a time`` (``_rows_in_place_kernel``): in place, a work item rotates its block of
+  rows in two periods of the tables (two heads of ``(B, H, T, D)``), so each table row is read once
+  for both; off: the same kernel compiled here with one period an item (``_PERIODS_PER_ITEM = 1``);
 * ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
   model's q and k are strided views of its qkv buffer, which take the planned path); off: every
   call plans afresh.
@@ -24,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -35,10 +39,27 @@ from posenc_np import rope
 from posenc_np.kernels import rope as krope
 
 
+def _one_period_kernels() -> tuple:
+    """``_rows_in_place_kernel`` and its serial copy compiled with one period a work item."""
+    from posenc_np.kernels._numba import njit_kernel
+
+    body = krope._rows_in_place_kernel.py_func
+    scope = dict(body.__globals__, _PERIODS_PER_ITEM=1)
+    kernels = []
+    for parallel in (True, False):
+        copy = types.FunctionType(body.__code__, scope, f"{body.__name__}_one_period{'' if parallel else '_serial'}")
+        kernels.append(njit_kernel(parallel=parallel, fastmath=krope._FASTMATH, noalias=not parallel,
+                                   cache=False)(copy))
+    return tuple(kernels)
+
+
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
     krope._rows_geometry, krope._cached_plan = saved["rows"], saved["plan"]
+    krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["in place"]
     if not on and mechanism == "memory-order path":
         krope._rows_geometry = lambda *args, **kwargs: None
+    if not on and mechanism == "two heads at a time":
+        krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["one period"]
     if not on and mechanism == "plan cache":
         krope._cached_plan = krope._plan
 
@@ -55,6 +76,8 @@ def _cases(rng):
                     lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
         out.append(("memory-order path", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+        out.append(("two heads at a time", f"rope.apply {shape}, out=x", calls,
+                    lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
     for B, T, H, D in ((16, 32, 4, 16), (8, 128, 4, 32), (1, 512, 8, 64)):
         qkv = rng.standard_normal((B, T, 3 * H * D), dtype=np.float32)
         c, s = rope.cos_sin(np.arange(T), rope.inv_freq(D)[0], dtype=np.float32)
@@ -69,7 +92,8 @@ def _cases(rng):
 
 
 def main(rounds: int = 11) -> None:
-    saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan}
+    saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "one period": _one_period_kernels(),
+             "in place": (krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial)}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
     for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):
         times = {True: [], False: []}

@@ -23,7 +23,7 @@ skips them). Sections (all by default, in this order):
                library's share of it
 ``mechanisms`` what each kept kernel mechanism buys, switched off against on in interleaved rounds:
                the fused ALiBi forward's tile step (bench/alibi_mechanisms.py) and the RoPE
-               kernel's memory-order path and plan cache (bench/rope_machinery.py), each in its own process
+               kernel's memory-order path, in-place order and plan cache (bench/rope_machinery.py), each in its own process
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
 machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables), and prints
@@ -279,9 +279,10 @@ def mechanisms(quick: bool = False) -> dict:
         "",
         tables["alibi"],
         "",
-        "**RoPE kernel: the memory-order path and the plan cache, through the public API** "
-        "(`python bench/rope_machinery.py`: median of a batch of calls per round; the memory-order path serves "
-        "C-contiguous calls (off: they take the planned path), the plan cache the model's strided q and k views):",
+        "**RoPE kernel: the memory-order path, two heads at a time in place, and the plan cache, through the "
+        "public API** (`python bench/rope_machinery.py`: median of a batch of calls per round; the memory-order "
+        "path serves C-contiguous calls (off: they take the planned path); in place it rotates two heads' rows "
+        "per table row (off: one head an item); the plan cache serves the model's strided q and k views):",
         "",
         tables["rope"],
     ])
