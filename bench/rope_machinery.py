@@ -17,8 +17,8 @@ Mechanisms:
   call plans afresh.
 
 Shapes: ``rope.apply`` on ``(1, 4, 128, 128)``, ``(1, 8, 1024, 128)`` and ``(4, 16, 2048, 128)``
-float32 (out of place, ``out=``, in place); ``rope.apply_qk`` on q, k views of a fused
-``(B, T, 3 H D)`` buffer rotated in place (what the model does).
+float32 (out of place, ``out=``, in place) and in place on ``(64, 8, 256, 64)``; ``rope.apply_qk``
+on q, k views of a fused ``(B, T, 3 H D)`` buffer rotated in place (what the model does).
 """
 
 from __future__ import annotations
@@ -78,6 +78,11 @@ def _cases(rng):
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
         out.append(("two heads at a time", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+    # in place with d = 64 and short tables: rows of 256 bytes, two heads per table row
+    x = rng.standard_normal((64, 8, 256, 64), dtype=np.float32)
+    c, s = rope.cos_sin(np.arange(256), rope.inv_freq(64)[0], dtype=np.float32)
+    out.append(("two heads at a time", "rope.apply (64, 8, 256, 64), out=x", 30,
+                lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
     for B, T, H, D in ((16, 32, 4, 16), (8, 128, 4, 32), (1, 512, 8, 64)):
         qkv = rng.standard_normal((B, T, 3 * H * D), dtype=np.float32)
         c, s = rope.cos_sin(np.arange(T), rope.inv_freq(D)[0], dtype=np.float32)
