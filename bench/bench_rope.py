@@ -311,11 +311,9 @@ def _markdown(result) -> str:
         "also holds each value twice, the HF table format). These arrays are C-contiguous, so the kernel walks "
         "their rows in memory order (each thread one contiguous range of `x`); in place two heads at a time, "
         "so that each table row is read from L2 or L3 once for two rows of `x` (at T = 4096, d = 128 the "
-        "tables are 4 MiB). "
-        "`in-place, one table row` below is "
-        "the same "
-        "in-place rotation with `cos[:1]`, `sin[:1]` broadcast to every row (timed in the same rounds): "
-        "the rotation without the table traffic, against the same in-place roofline.",
+        "tables are 4 MiB). `in-place, one table row` below is the same in-place rotation with `cos[:1]`, "
+        "`sin[:1]` broadcast to every row (timed in the same rounds): the rotation without the table "
+        "traffic, against the same in-place roofline.",
         "",
         *roof_lines,
     ]

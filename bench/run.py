@@ -23,7 +23,8 @@ skips them). Sections (all by default, in this order):
                library's share of it
 ``mechanisms`` what each kept kernel mechanism buys, switched off against on in interleaved rounds:
                the fused ALiBi forward's tile step (bench/alibi_mechanisms.py) and the RoPE
-               kernel's memory-order path, in-place order and plan cache (bench/rope_machinery.py), each in its own process
+               kernel's memory-order path, in-place order and plan cache
+               (bench/rope_machinery.py), each in its own process
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
 machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables), and prints
