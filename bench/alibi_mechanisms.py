@@ -13,17 +13,26 @@ tiles with d = 64 (the kernel's tiles), ``calls`` repetitions inside one compile
   loop of ``_fwd_scores``) with each row's maximum taken as the integer maximum of order keys
   (``kernels._numba.order_key``), against the float ``m = x if x > m else m`` reduction, which
   LLVM keeps scalar without fast-math's ``nnan``, and with it the whole loop;
-* ``float32 exp``: ``kernels._numba.exp`` over a tile (the polynomial in float32), against the
-  same degree-7 polynomial evaluated in float64 (what ``exp`` did before, 0.58 ulp);
+* ``vectorisable exp``: ``kernels._numba.exp`` over a tile (a float32 polynomial that LLVM
+  vectorises), against ``math.exp``, which Numba compiles to one call of the C library's ``expf``
+  per element (no vectorised math library here);
 * and, for scale, ``P~ V_b`` (``np.dot(p, v)``) and the whole library tile step
   (``_attend_range`` over one key tile) as they are.
 
 Rounds alternate the order of the variants; the table gives the median over rounds of each
 variant's time per call (microseconds), and what the mechanism saves of the whole tile step.
 
-A second table times one mechanism of the door, on a whole call: the float16 <-> float32 loops
+A second table times one mechanism of the door, on whole calls: the float16 <-> float32 loops
 (``_half_to_float`` / ``_float_to_half``, used by ``_items`` and ``_to_io``), against NumPy's casts
-in their place, in ``fused_forward`` on float16 ``(1, 8, 2048, 64)`` q, k, v, causal, one thread.
+in their place, in ``fused_forward`` on float16 inputs, causal, one thread: a ``(1, 8, 2048, 64)``
+forward, and decoding one query against a long float16 KV cache, where the conversion of the
+cache is most of the call (:data:`CONVERSION_CALLS`).
+
+A third times the small-query path of the same kernels on whole float32 calls, one thread: a
+query tile of at most ``SMALL_Q`` rows (decoding) forms its two products with plain loops
+(``_small_qkt``, ``_small_pv``) on the keys as stored, against the kernels compiled here with
+``SMALL_Q = 0``, where every tile takes the BLAS products on transposed key tiles
+(:data:`SMALL_QUERY_CALLS`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 import numpy as np
 
@@ -43,8 +53,7 @@ if ROOT not in sys.path:
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from posenc_np.kernels import alibi as kalibi  # noqa: E402
-from posenc_np.kernels._numba import (_bits_to_f32, blas_single_thread, exp, from_order_key,  # noqa: E402
-                                      njit_kernel, order_key)
+from posenc_np.kernels._numba import blas_single_thread, exp, from_order_key, njit_kernel, order_key  # noqa: E402
 
 _loop = njit_kernel(parallel=False, cache=False)
 CALLS = 4000
@@ -104,27 +113,11 @@ def _exp_f32(s, out, calls):
 
 
 @_loop
-def _exp_f64_poly(s, out, calls):
-    """The degree-7 Taylor polynomial of ``exp`` evaluated in float64 (the earlier ``_exp32``)."""
+def _exp_math(s, out, calls):
     for _ in range(calls):
         for a in range(s.shape[0]):
             for b in range(s.shape[1]):
-                x = s[a, b]
-                lo = np.float32(-87.0)
-                xc = lo if x < lo else x
-                xc = np.float32(0.0) if xc != xc else xc
-                nf = np.floor(xc * np.float32(1.4426950408889634) + np.float32(0.5))
-                r = np.float64(x) - np.float64(nf) * 0.6931471805599453
-                p = 1.0 / 5040.0
-                p = p * r + 1.0 / 720.0
-                p = p * r + 1.0 / 120.0
-                p = p * r + 1.0 / 24.0
-                p = p * r + 1.0 / 6.0
-                p = p * r + 0.5
-                p = p * r + 1.0
-                p = p * r + 1.0
-                res = np.float32(p) * _bits_to_f32((np.int32(nf) + np.int32(127)) << np.int32(23))
-                out[a, b] = np.float32(0.0) if x < lo else res
+                out[a, b] = math.exp(s[a, b])
 
 
 @_loop
@@ -153,8 +146,8 @@ def measure(rounds: int = 11) -> dict:
         "QK^T, transposed key tile": lambda: _dot_tile(q, kt, s, CALLS),
         "score loop, float maximum": lambda: _scores_float_max(scores, s, row, CALLS),
         "score loop, order-key maximum": lambda: _scores_key_max(scores, s, row, CALLS),
-        "exp, float64 polynomial": lambda: _exp_f64_poly(scores, tile_out, CALLS),
-        "exp, float32 polynomial": lambda: _exp_f32(scores, tile_out, CALLS),
+        "exp, math.exp": lambda: _exp_math(scores, tile_out, CALLS),
+        "exp, kernels._numba.exp": lambda: _exp_f32(scores, tile_out, CALLS),
         "P~V": lambda: _dot_tile(scores, v, s, CALLS),
         "library tile step": lambda: _tile_step(q, k, kt, v, *state, CALLS),
     }
@@ -171,12 +164,34 @@ def measure(rounds: int = 11) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def _alternate(variants: dict, call, rounds: int) -> dict:
+    """Median seconds of ``call()`` under each variant (``variants`` maps a name to a function
+    that puts it in place); rounds alternate the order, each times one call after a warm-up call."""
+    times = {name: [] for name in variants}
+    for r in range(rounds):
+        order = list(variants.items())
+        for name, install in (order if r % 2 == 0 else order[::-1]):
+            install()
+            call()
+            t0 = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+#: The calls the conversions are timed on: (label, q shape, k and v shape, query_offset), causal.
+CONVERSION_CALLS = (
+    ("fused forward, float16 (1, 8, 2048, 64)", (1, 8, 2048, 64), (1, 8, 2048, 64), 0),
+    ("decoding, float16, 1 query of 8 heads against 65536 cached keys, d = 64", (1, 8, 1, 64), (1, 8, 65536, 64),
+     65535),
+)
+
+
 def conversions(rounds: int = 11) -> dict:
     """Seconds per ``fused_forward`` call on float16 inputs with the library's conversion loops and
-    with NumPy's casts in their place (same bits: ``tests/test_kernels_alibi.py``)."""
+    with NumPy's casts in their place (same bits: ``tests/test_kernels_alibi.py``), for each of
+    :data:`CONVERSION_CALLS`: ``{label: {variant: seconds}}``."""
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, 8, 2048, 64)).astype(np.float16) for _ in range(3))
-    slopes = 2.0 ** -np.arange(1.0, 9.0)
     loops = (kalibi._items, kalibi._to_io)
 
     def numpy_items(a, compute):
@@ -185,27 +200,75 @@ def conversions(rounds: int = 11) -> dict:
     def numpy_to_io(a, io):
         return a.astype(io, copy=False)
 
-    variants = {"conversion loops": loops, "NumPy casts": (numpy_items, numpy_to_io)}
-    times = {name: [] for name in variants}
+    def install(items, to_io):
+        kalibi._items, kalibi._to_io = items, to_io
+
+    variants = {"conversion loops": lambda: install(*loops), "NumPy casts": lambda: install(numpy_items, numpy_to_io)}
+    result = {}
     try:
-        for r in range(rounds):
-            order = list(variants.items())
-            for name, (items, to_io) in (order if r % 2 == 0 else order[::-1]):
-                kalibi._items, kalibi._to_io = items, to_io
-                kalibi.fused_forward(q, k, v, slopes, True, 0.125, 0)
-                t0 = time.perf_counter()
-                kalibi.fused_forward(q, k, v, slopes, True, 0.125, 0)
-                times[name].append(time.perf_counter() - t0)
+        for label, q_shape, kv_shape, offset in CONVERSION_CALLS:
+            q = rng.standard_normal(q_shape).astype(np.float16)
+            k, v = (rng.standard_normal(kv_shape).astype(np.float16) for _ in range(2))
+            slopes = 2.0 ** -np.arange(1.0, q_shape[1] + 1.0)
+            result[label] = _alternate(variants, lambda: kalibi.fused_forward(q, k, v, slopes, True, 0.125, offset),
+                                       rounds)
     finally:
-        kalibi._items, kalibi._to_io = loops
-    return {name: statistics.median(t) for name, t in times.items()}
+        install(*loops)
+    return result
+
+
+#: Decoding calls for the small-query path: (label, q shape, k and v shape, query_offset), causal.
+SMALL_QUERY_CALLS = (
+    ("decoding, 1 query of 8 heads against 4096 cached keys", (1, 8, 1, 64), (1, 8, 4096, 64), 4095),
+    ("decoding, 1 query of 8 heads against 65536 cached keys", (1, 8, 1, 64), (1, 8, 65536, 64), 65535),
+    ("4 queries of 8 heads against 8192 cached keys", (1, 8, 4, 64), (1, 8, 8192, 64), 8188),
+    ("16 queries (SMALL_Q) of 8 heads against 8192 cached keys", (1, 8, 16, 64), (1, 8, 8192, 64), 8176),
+)
+
+
+def _blas_only_kernels() -> dict:
+    """The two forward kernels compiled with ``SMALL_Q = 0``: every query tile takes BLAS."""
+    scope = dict(kalibi.__dict__, SMALL_Q=0)
+    attend = kalibi._attend_range.py_func
+    scope["_attend_range"] = njit_kernel(parallel=False, cache=False)(
+        types.FunctionType(attend.__code__, scope, attend.__name__ + "_blas"))
+    kernels = {}
+    for name in ("_forward_kernel", "_forward_split_kernel"):
+        body = getattr(kalibi, name).py_func
+        kernels[name] = njit_kernel(cache=False)(types.FunctionType(body.__code__, scope, name + "_blas"))
+    return kernels
+
+
+def small_queries(rounds: int = 11) -> dict:
+    """Seconds per float32 ``fused_forward`` call with the small-query loops and with BLAS in their
+    place, for each of :data:`SMALL_QUERY_CALLS`: ``{label: {variant: seconds}}``."""
+    rng = np.random.default_rng(0)
+    library = {name: getattr(kalibi, name) for name in ("_forward_kernel", "_forward_split_kernel")}
+    blas, small_q = _blas_only_kernels(), kalibi.SMALL_Q
+
+    def install(kernels, threshold):
+        for name, kernel in kernels.items():
+            setattr(kalibi, name, kernel)
+        kalibi.SMALL_Q = threshold
+
+    variants = {"small-query loops": lambda: install(library, small_q), "BLAS": lambda: install(blas, 0)}
+    result = {}
+    try:
+        for label, q_shape, kv_shape, offset in SMALL_QUERY_CALLS:
+            q, k, v = (rng.standard_normal(shape, dtype=np.float32) for shape in (q_shape, kv_shape, kv_shape))
+            slopes = 2.0 ** -np.arange(1.0, q_shape[1] + 1.0)
+            result[label] = _alternate(variants, lambda: kalibi.fused_forward(q, k, v, slopes, True, 0.125, offset),
+                                       rounds)
+    finally:
+        install(library, small_q)
+    return result
 
 
 def markdown(us: dict) -> str:
     step = us["library tile step"]
     rows = [("transposed key tiles", "QK^T, transposed view", "QK^T, transposed key tile"),
             ("order-key row maxima", "score loop, float maximum", "score loop, order-key maximum"),
-            ("float32 exp", "exp, float64 polynomial", "exp, float32 polynomial")]
+            ("vectorisable exp", "exp, math.exp", "exp, kernels._numba.exp")]
     lines = ["| mechanism | without (us per tile) | with (us per tile) | saved per tile, % of the library tile step |",
              "|---|---:|---:|---:|"]
     for name, off, on in rows:
@@ -216,12 +279,23 @@ def markdown(us: dict) -> str:
     return "\n".join(lines)
 
 
-def conversions_markdown(s: dict) -> str:
-    on, off = s["conversion loops"], s["NumPy casts"]
-    return "\n".join([
-        "| mechanism | call | without (ms) | with (ms) | saved |", "|---|---|---:|---:|---:|",
-        f"| float16 conversion loops | fused forward, float16 (1, 8, 2048, 64), causal, one thread | "
-        f"{1e3 * off:.1f} | {1e3 * on:.1f} | {100 * (1 - on / off):.0f} % |"])
+def conversions_markdown(calls: dict) -> str:
+    lines = ["| mechanism | call (causal, one thread) | without (ms) | with (ms) | saved |", "|---|---|---:|---:|---:|"]
+    for label, s in calls.items():
+        on, off = s["conversion loops"], s["NumPy casts"]
+        lines.append(f"| float16 conversion loops | {label} | {1e3 * off:.1f} | {1e3 * on:.1f} | "
+                     f"{100 * (1 - on / off):.0f} % |")
+    return "\n".join(lines)
+
+
+def small_queries_markdown(calls: dict) -> str:
+    lines = ["| mechanism | call (float32, causal, one thread) | without (ms) | with (ms) | saved |",
+             "|---|---|---:|---:|---:|"]
+    for label, s in calls.items():
+        on, off = s["small-query loops"], s["BLAS"]
+        lines.append(f"| small-query loops | {label}, d = 64 | {1e3 * off:.2f} | {1e3 * on:.2f} | "
+                     f"{100 * (1 - on / off):.0f} % |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
@@ -229,3 +303,5 @@ if __name__ == "__main__":
     print(markdown(measure(rounds)))
     print()
     print(conversions_markdown(conversions(rounds)))
+    print()
+    print(small_queries_markdown(small_queries(rounds)))

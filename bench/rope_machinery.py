@@ -14,11 +14,15 @@ Mechanisms:
   for both; off: the same kernel compiled here with one period an item (``_PERIODS_PER_ITEM = 1``);
 * ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
   model's q and k are strided views of its qkv buffer, which take the planned path); off: every
-  call plans afresh.
+  call plans afresh;
+* ``serial copies`` (``_parallel_and_serial``): a call too small for two threads runs a copy of the
+  kernel compiled without ``prange`` (and ``noalias``) on the calling thread; off: it runs the
+  parallel kernel with Numba's thread count set to one for the call.
 
 Shapes: ``rope.apply`` on ``(1, 4, 128, 128)``, ``(1, 8, 1024, 128)`` and ``(4, 16, 2048, 128)``
 float32 (out of place, ``out=``, in place) and in place on ``(64, 8, 256, 64)``; ``rope.apply_qk``
-on q, k views of a fused ``(B, T, 3 H D)`` buffer rotated in place (what the model does).
+on q, k views of a fused ``(B, T, 3 H D)`` buffer rotated in place (what the model does); the serial
+copies on the calls of these that run on one thread.
 """
 
 from __future__ import annotations
@@ -53,8 +57,14 @@ def _one_period_kernels() -> tuple:
     return tuple(kernels)
 
 
+def _parallel_only(kernels, use: int, threads: int, *args):
+    """``krope._launch`` without the serial copy: the parallel kernel, on ``use`` threads."""
+    with krope.launch_guard(), krope._num_threads(use, threads):
+        kernels[0](*args)
+
+
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
-    krope._rows_geometry, krope._cached_plan = saved["rows"], saved["plan"]
+    krope._rows_geometry, krope._cached_plan, krope._launch = saved["rows"], saved["plan"], saved["launch"]
     krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["in place"]
     if not on and mechanism == "memory-order path":
         krope._rows_geometry = lambda *args, **kwargs: None
@@ -62,6 +72,8 @@ def _switch(mechanism: str, on: bool, saved: dict) -> None:
         krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["one period"]
     if not on and mechanism == "plan cache":
         krope._cached_plan = krope._plan
+    if not on and mechanism == "serial copies":
+        krope._launch = _parallel_only
 
 
 def _cases(rng):
@@ -78,6 +90,11 @@ def _cases(rng):
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
         out.append(("two heads at a time", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+        if x.size < 2 * krope._ELEMENTS_PER_THREAD:  # runs on one thread
+            out.append(("serial copies", f"rope.apply {shape}, out=y", calls,
+                        lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
+            out.append(("serial copies", f"rope.apply {shape}, out=x", calls,
+                        lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
     # in place with d = 64 and short tables: rows of 256 bytes, two heads per table row
     x = rng.standard_normal((64, 8, 256, 64), dtype=np.float32)
     c, s = rope.cos_sin(np.arange(256), rope.inv_freq(64)[0], dtype=np.float32)
@@ -93,11 +110,15 @@ def _cases(rng):
 
         out.append(("plan cache", f"rope.apply_qk, q and k views of qkv, in place, (B,H,T,D) = {(B, H, T, D)}",
                     300, model))
+        if B * T * H * D < 2 * krope._ELEMENTS_PER_THREAD:  # each of q and k on one thread
+            out.append(("serial copies", f"rope.apply_qk, q and k views of qkv, in place, (B,H,T,D) = "
+                        f"{(B, H, T, D)}", 300, model))
     return out
 
 
 def main(rounds: int = 11) -> None:
-    saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "one period": _one_period_kernels(),
+    saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "launch": krope._launch,
+             "one period": _one_period_kernels(),
              "in place": (krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial)}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
     for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):

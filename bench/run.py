@@ -22,9 +22,10 @@ skips them). Sections (all by default, in this order):
                empty Numba cache (compile) and with a warm one (load), Numba's own floor and the
                library's share of it
 ``mechanisms`` what each kept kernel mechanism buys, switched off against on in interleaved rounds:
-               the fused ALiBi forward's tile step (bench/alibi_mechanisms.py) and the RoPE
-               kernel's memory-order path, in-place order and plan cache
-               (bench/rope_machinery.py), each in its own process
+               the fused ALiBi forward's tile step, float16 conversions and small-query
+               path (bench/alibi_mechanisms.py) and the RoPE kernel's memory-order path, in-place
+               order, plan cache and serial copies (bench/rope_machinery.py), each in its own
+               process
 
 Writes ``bench/results/<UTC timestamp>.json`` and ``bench/results/latest.json`` (all numbers,
 machine description, per-section Markdown) and ``docs/benchmarks.md`` (the tables), and prints
@@ -274,16 +275,19 @@ def mechanisms(quick: bool = False) -> dict:
         "Each mechanism switched off (replaced by what it replaced) against on, in rounds that alternate "
         f"the order, {rounds} rounds, medians.",
         "",
-        "**Fused ALiBi forward, per 64 x 64 tile step, and its door's float16 conversions** "
+        "**Fused ALiBi forward: per 64 x 64 tile step, its door's float16 conversions, its small-query path** "
         "(`python bench/alibi_mechanisms.py`: one thread; the tile table float32, d = 64, each variant a compiled "
-        "loop of 4000 calls; the conversions on a whole float16 call, one call per variant and round):",
+        "loop of 4000 calls; the conversions and the small-query path on whole calls, one call per variant and "
+        "round; off: NumPy's casts, and the kernels compiled with `SMALL_Q = 0` so that every tile takes BLAS):",
         "",
         tables["alibi"],
         "",
-        "**RoPE kernel: the memory-order path, two heads at a time in place, and the plan cache, through the "
-        "public API** (`python bench/rope_machinery.py`: median of a batch of calls per round; the memory-order "
-        "path serves C-contiguous calls (off: they take the planned path); in place it rotates two heads' rows "
-        "per table row (off: one head an item); the plan cache serves the model's strided q and k views):",
+        "**RoPE kernel: the memory-order path, two heads at a time in place, the plan cache and the serial "
+        "copies, through the public API** (`python bench/rope_machinery.py`: median of a batch of calls per "
+        "round; the memory-order path serves C-contiguous calls (off: they take the planned path); in place it "
+        "rotates two heads' rows per table row (off: one head an item); the plan cache serves the model's strided "
+        "q and k views; a call too small for two threads runs a serial copy of the kernel (off: the parallel "
+        "kernel with Numba's thread count set to one)):",
         "",
         tables["rope"],
     ])
