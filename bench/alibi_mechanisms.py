@@ -227,23 +227,21 @@ SMALL_QUERY_CALLS = (
 
 
 def _blas_only_kernels() -> dict:
-    """The two forward kernels compiled with ``SMALL_Q = 0``: every query tile takes BLAS."""
+    """The forward kernel compiled with ``SMALL_Q = 0``: every query tile takes BLAS."""
     scope = dict(kalibi.__dict__, SMALL_Q=0)
     attend = kalibi._attend_range.py_func
     scope["_attend_range"] = njit_kernel(parallel=False, cache=False)(
         types.FunctionType(attend.__code__, scope, attend.__name__ + "_blas"))
-    kernels = {}
-    for name in ("_forward_kernel", "_forward_split_kernel"):
-        body = getattr(kalibi, name).py_func
-        kernels[name] = njit_kernel(cache=False)(types.FunctionType(body.__code__, scope, name + "_blas"))
-    return kernels
+    body = kalibi._forward_kernel.py_func
+    kernel = njit_kernel(cache=False)(types.FunctionType(body.__code__, scope, body.__name__ + "_blas"))
+    return {"_forward_kernel": kernel}
 
 
 def small_queries(rounds: int = 11) -> dict:
     """Seconds per float32 ``fused_forward`` call with the small-query loops and with BLAS in their
     place, for each of :data:`SMALL_QUERY_CALLS`: ``{label: {variant: seconds}}``."""
     rng = np.random.default_rng(0)
-    library = {name: getattr(kalibi, name) for name in ("_forward_kernel", "_forward_split_kernel")}
+    library = {"_forward_kernel": kalibi._forward_kernel}
     blas, small_q = _blas_only_kernels(), kalibi.SMALL_Q
 
     def install(kernels, threshold):

@@ -270,16 +270,15 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
         with launch_guard(), blas, _threads_for(work * splits):
             if q_len > SMALL_Q:
                 _transpose_key_tiles(k3, kt)
-            if splits == 1:
-                _forward_kernel(q3, k3, kt, v3, mneg, group, causal, sc, query_offset, ninf, out, lse)
-            else:
-                part_acc = np.empty((n_items, splits, q_len, dv), dtype=compute)
-                part_m = np.empty((n_items, splits, q_len), dtype=compute)
-                part_l = np.empty((n_items, splits, q_len), dtype=compute)
-                # decided here: get_num_threads() inside a kernel stops Numba caching it
-                parallel_combine = work >= 2 * numba.get_num_threads()
-                _forward_split_kernel(q3, k3, kt, v3, mneg, group, causal, sc, query_offset, ninf, splits,
-                                      part_acc, part_m, part_l, out, lse, parallel_combine)
+            rows = q_len if splits > 1 else 0  # one key range writes no partial state
+            part_acc = np.empty((n_items, splits, rows, dv), dtype=compute)
+            part_m = np.empty((n_items, splits, rows), dtype=compute)
+            part_l = np.empty((n_items, splits, rows), dtype=compute)
+            # decided here: get_num_threads() inside a kernel stops Numba caching it; with one
+            # range there is nothing to combine, and no second parallel region is started
+            parallel_combine = splits > 1 and work >= 2 * numba.get_num_threads()
+            _forward_kernel(q3, k3, kt, v3, mneg, group, causal, sc, query_offset, ninf, splits, part_acc, part_m,
+                            part_l, out, lse, parallel_combine)
     return _to_io(out, io).reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
 
@@ -686,31 +685,17 @@ def _transpose_key_tiles(k, kt):
 
 
 @njit_kernel()
-def _forward_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, out, lse):
-    n_items, q_len, _ = q.shape
-    k_len = k.shape[1]
-    d_v = v.shape[2]
-    n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
-    for item in prange(n_items * n_qt):
-        n = item // n_qt
-        i0 = _zigzag(item % n_qt, n_qt) * BLOCK_Q
-        i1 = min(i0 + BLOCK_Q, q_len)
-        bq = i1 - i0
-        acc = np.zeros((bq, d_v), out.dtype)  # unnormalised output rows
-        row_max = np.full(bq, ninf)
-        row_sum = np.zeros(bq, out.dtype)
-        _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, 0,
-                      _key_end(i1, off, k_len, causal), causal, mneg[n], scale, ninf, acc, row_max, row_sum,
-                      np.empty(bq, out.dtype), np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
-        _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
+def _forward_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out, lse,
+                    parallel_combine):
+    """Every (head, query tile) item, query tiles in :func:`_zigzag` order, its keys in ``splits``
+    ranges of whole key tiles, one work item per range. One range: the item writes its rows.
+    More (flash-decoding): each range writes its partial state, then an exact combination per row
+    (a parallel loop over the (head, query tile) items if ``parallel_combine``).
 
-
-@njit_kernel()
-def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out,
-                          lse, parallel_combine):
-    """Flash-decoding: each (head, query tile)'s keys in ``splits`` ranges of whole key tiles,
-    one work item per range writing its partial state, then an exact combination per row
-    (a parallel loop over the (head, query tile) items if ``parallel_combine``)."""
+    One kernel for both: against a second kernel for one range, the same bits and the same speed
+    (one process, 21 alternating rounds, 8 shapes from T = 64 to decoding over 65536 keys:
+    0.97-1.10x, within the noise), and the first forward calls of a process with an empty cache
+    compile in 27 s instead of 41 s (float32 and float64, one and several ranges)."""
     n_items, q_len, _ = q.shape
     k_len = k.shape[1]
     d_v = v.shape[2]
@@ -719,7 +704,7 @@ def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, sp
         r = item % splits
         t = item // splits
         n = t // n_qt
-        i0 = (t % n_qt) * BLOCK_Q
+        i0 = _zigzag(t % n_qt, n_qt) * BLOCK_Q
         i1 = min(i0 + BLOCK_Q, q_len)
         bq = i1 - i0
         j_end = _key_end(i1, off, k_len, causal)
@@ -727,17 +712,20 @@ def _forward_split_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, sp
         j_lo = min(j_end, (tiles * r // splits) * BLOCK_K)
         j_hi = min(j_end, (tiles * (r + 1) // splits) * BLOCK_K)
         # the running state is the item's own, copied out once (the partial arrays share cache lines)
-        acc = np.zeros((bq, d_v), out.dtype)
+        acc = np.zeros((bq, d_v), out.dtype)  # unnormalised output rows
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
         _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, j_lo, j_hi, causal,
                       mneg[n], scale, ninf, acc, row_max, row_sum, np.empty(bq, out.dtype),
                       np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
-        part_acc[n, r, i0:i1] = acc
-        part_m[n, r, i0:i1] = row_max
-        part_l[n, r, i0:i1] = row_sum
+        if splits == 1:
+            _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
+        else:
+            part_acc[n, r, i0:i1] = acc
+            part_m[n, r, i0:i1] = row_max
+            part_l[n, r, i0:i1] = row_sum
     # the exact combination per (head, query tile); serial unless every thread gets two items
-    n_out = n_items * n_qt
+    n_out = n_items * n_qt if splits > 1 else 0
     if parallel_combine:
         for t in prange(n_out):
             _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf)
