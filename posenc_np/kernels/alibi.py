@@ -85,8 +85,9 @@ BLOCK_K = 64
 #: Forward query tiles of at most this many rows (decoding) form their tile products with loops, not
 #: ``np.dot``, and then skip the key transposition and the BLAS thread limit (~50 us a call). Measured
 #: against BLAS for every tile (d = 64, 1 and 2 threads, 1 and 8 heads, 4096-65536 keys): one query
-#: 63-79 % less time, 4 queries 45 %, 8 queries -10 to +31 %; at 16 queries the two are even (-8 to
-#: +4 %, one case -36 %: one thread, one head, 4096 keys), which puts the threshold here.
+#: 63-79 % less time, 4 queries 45 %, 8 queries -10 to +31 %, 12 queries -47 to +20 %, 16 queries
+#: -48 to +4 %. The losses are single-head calls, mostly on one thread; with 8 heads the loops win or
+#: tie up to 16 queries. 16 is therefore at or past the crossover for one head.
 SMALL_Q = 16
 
 #: Least query-key products of a flash-decoding key range (``key_splits=None``): a range of a tile
