@@ -86,8 +86,9 @@ BLOCK_K = 64
 #: ``np.dot``, and then skip the key transposition and the BLAS thread limit (~50 us a call). Measured
 #: against BLAS for every tile (d = 64, 1 and 2 threads, 1 and 8 heads, 4096-65536 keys): one query
 #: 63-79 % less time, 4 queries 45 %, 8 queries -10 to +31 %, 12 queries -47 to +20 %, 16 queries
-#: -48 to +4 %. The losses are single-head calls, mostly on one thread; with 8 heads the loops win or
-#: tie up to 16 queries. 16 is therefore at or past the crossover for one head.
+#: -48 to +4 %. The large losses are single-head calls, mostly on one thread; with 8 heads the loops
+#: win or tie up to 12 queries and are within -14 to +4 % at 16. So 16 is at the crossover for 8 heads
+#: and past it for one.
 SMALL_Q = 16
 
 #: Least query-key products of a flash-decoding key range (``key_splits=None``): a range of a tile
