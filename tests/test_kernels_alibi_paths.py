@@ -120,6 +120,20 @@ def test_decoding_splits_match_reference(q_len, causal):
         assert np.all(np.isfinite(lse))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+def test_splits_over_several_query_tiles_match_reference(causal):
+    """Key ranges on a call of several query tiles (taken in zigzag order, each tile's ranges
+    combined into its own rows) give the reference's output."""
+    rng = np.random.default_rng(41)
+    q, k, v, do = make(rng, (), 2, 1, 200, 450, 16, 16)  # 4 query tiles, the last one partial
+    m = slopes_of(2)
+    want = reference(q, k, v, m, causal, do, 0.25)
+    for splits in (1, 3, 8):
+        out, lse = kalibi.alibi_attention_forward(q, k, v, m, causal=causal, scale=0.25, key_splits=splits)
+        np.testing.assert_allclose(out, want[0], rtol=F64_TOL, atol=F64_TOL)
+        assert np.all(np.isfinite(lse))
+
+
 def test_explicit_splits_with_many_items_combine_in_parallel():
     """key_splits on a call whose (head, query tile) items already fill the threads: the
     combination then runs as a parallel loop too (the auto path combines on one thread)."""

@@ -28,11 +28,11 @@ path).
 Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where
 ``cos``/``sin`` vary) and *broadcast axes* (where they repeat). The Python wrapper builds the
 element offset of every row along each group from each operand's own strides (negative, zero,
-transposed: any; 8 bytes per row per operand) and hands the kernel flat 1-D views. The group with the smaller ``x`` stride is walked
-innermost, so ``(B, H, T, D)`` with ``(T, d)`` tables streams each head's rows in memory order,
-and ``(B, T, H, D)`` with ``(T, 1, d)`` tables each position's heads with one table row.
-``prange`` runs over blocks of rows whose table rows fit 256 KiB (L2-resident). Unit-stride
-channels take a vectorised loop, any other channel stride a scalar loop.
+transposed: any; 8 bytes per row per operand) and hands the kernel flat 1-D views. The group with
+the smaller ``x`` stride is walked innermost, so ``(B, H, T, D)`` with ``(T, d)`` tables streams
+each head's rows in memory order, and ``(B, T, H, D)`` with ``(T, 1, d)`` tables each position's
+heads with one table row. ``prange`` runs over blocks of rows whose table rows fit 256 KiB
+(L2-resident). Unit-stride channels take a vectorised loop, any other channel stride a scalar loop.
 
 What copies: ``x`` with a non-native byte order, misaligned data or strides that are not a
 multiple of its item size; ``cos``/``sin`` of another dtype than ``x`` (cast, as the reference
