@@ -9,9 +9,13 @@ Mechanisms:
 * ``memory-order path`` (``_rows_geometry`` / ``_rows_kernel``): a call whose arrays are all
   C-contiguous rotates its rows in memory order with no plan; off: ``_rows_geometry`` returns
   None, so the call takes the planned path (row offsets, blocks of table rows) as strided calls do;
-* ``two heads at a time`` (``_rows_in_place_kernel``): in place, a work item rotates its block of
-  rows in two periods of the tables (two heads of ``(B, H, T, D)``), so each table row is read once
-  for both; off: the same kernel compiled here with one period an item (``_PERIODS_PER_ITEM = 1``);
+* ``heads at a time`` (``_rows_in_place_kernel``): in place, a work item rotates its block of
+  rows in up to ``_PERIODS_PER_ITEM`` periods of the tables (heads of ``(B, H, T, D)``), so each
+  table row is read once for all of them; off: the same kernel compiled here with one period an
+  item (``_PERIODS_PER_ITEM = 1``);
+* ``prefetch`` (``prefetch_lines`` in ``_rows_kernel`` and ``_rows_in_place_kernel``): each row
+  first prefetches the lines of the row ``_PREFETCH_ROWS`` ahead; off: both kernels compiled here
+  with a ``prefetch_lines`` that does nothing;
 * ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
   model's q and k are strided views of its qkv buffer, which take the planned path); off: every
   call plans afresh;
@@ -20,9 +24,10 @@ Mechanisms:
   parallel kernel with Numba's thread count set to one for the call.
 
 Shapes: ``rope.apply`` on ``(1, 4, 128, 128)``, ``(1, 8, 1024, 128)`` and ``(4, 16, 2048, 128)``
-float32 (out of place, ``out=``, in place) and in place on ``(64, 8, 256, 64)``; ``rope.apply_qk``
-on q, k views of a fused ``(B, T, 3 H D)`` buffer rotated in place (what the model does); the serial
-copies on the calls of these that run on one thread.
+float32 (out of place, ``out=``, in place), in place on ``(64, 8, 256, 64)``, and on the
+``(B, T, H, D)`` array ``(1, 4096, 32, 128)``; ``rope.apply_qk`` on q, k views of a fused
+``(B, T, 3 H D)`` buffer rotated in place (what the model does); the serial copies on the calls of
+these that run on one thread.
 """
 
 from __future__ import annotations
@@ -43,18 +48,29 @@ from posenc_np import rope
 from posenc_np.kernels import rope as krope
 
 
-def _one_period_kernels() -> tuple:
-    """``_rows_in_place_kernel`` and its serial copy compiled with one period a work item."""
+def _recompiled(name: str, **scope) -> tuple:
+    """Kernel ``name`` of ``posenc_np/kernels/rope.py`` and its serial copy compiled again with the
+    module globals in ``scope`` replaced (the switched-off variants)."""
     from posenc_np.kernels._numba import njit_kernel
 
-    body = krope._rows_in_place_kernel.py_func
-    scope = dict(body.__globals__, _PERIODS_PER_ITEM=1)
+    body = getattr(krope, name).py_func
+    globals_ = dict(body.__globals__, **scope)
     kernels = []
     for parallel in (True, False):
-        copy = types.FunctionType(body.__code__, scope, f"{body.__name__}_one_period{'' if parallel else '_serial'}")
+        copy = types.FunctionType(body.__code__, globals_, f"{body.__name__}_off{'' if parallel else '_serial'}")
         kernels.append(njit_kernel(parallel=parallel, fastmath=krope._FASTMATH, noalias=not parallel,
                                    cache=False)(copy))
     return tuple(kernels)
+
+
+def _no_prefetch():
+    from posenc_np.kernels._numba import njit_kernel
+
+    @njit_kernel(parallel=False, cache=False, inline="always")
+    def prefetch_lines(buf, start, count, write):
+        pass
+
+    return prefetch_lines
 
 
 def _parallel_only(kernels, use: int, threads: int, *args):
@@ -63,13 +79,20 @@ def _parallel_only(kernels, use: int, threads: int, *args):
         kernels[0](*args)
 
 
+_KERNELS = ("_rows_kernel", "_rows_kernel_serial", "_rows_in_place_kernel", "_rows_in_place_kernel_serial")
+
+
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
     krope._rows_geometry, krope._cached_plan, krope._launch = saved["rows"], saved["plan"], saved["launch"]
-    krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["in place"]
+    for name, kernel in zip(_KERNELS, saved["kernels"]):
+        setattr(krope, name, kernel)
     if not on and mechanism == "memory-order path":
         krope._rows_geometry = lambda *args, **kwargs: None
-    if not on and mechanism == "two heads at a time":
+    if not on and mechanism == "heads at a time":
         krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["one period"]
+    if not on and mechanism == "prefetch":
+        for name, kernel in zip(_KERNELS, saved["no prefetch"]):
+            setattr(krope, name, kernel)
     if not on and mechanism == "plan cache":
         krope._cached_plan = krope._plan
     if not on and mechanism == "serial copies":
@@ -88,17 +111,32 @@ def _cases(rng):
                     lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
         out.append(("memory-order path", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
-        out.append(("two heads at a time", f"rope.apply {shape}, out=x", calls,
+        out.append(("heads at a time", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+        if shape[0] == 4:
+            out.append(("prefetch", f"rope.apply {shape}", calls, lambda x=x, c=c, s=s: rope.apply(x, c, s)))
+            out.append(("prefetch", f"rope.apply {shape}, out=y", calls,
+                        lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
+            out.append(("prefetch", f"rope.apply {shape}, out=x", calls,
+                        lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
         if x.size < 2 * krope._ELEMENTS_PER_THREAD:  # runs on one thread
             out.append(("serial copies", f"rope.apply {shape}, out=y", calls,
                         lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
             out.append(("serial copies", f"rope.apply {shape}, out=x", calls,
                         lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
-    # in place with d = 64 and short tables: rows of 256 bytes, two heads per table row
+    # in place with d = 64 and short tables: rows of 256 bytes, eight heads per table row
     x = rng.standard_normal((64, 8, 256, 64), dtype=np.float32)
     c, s = rope.cos_sin(np.arange(256), rope.inv_freq(64)[0], dtype=np.float32)
-    out.append(("two heads at a time", "rope.apply (64, 8, 256, 64), out=x", 30,
+    for mechanism in ("heads at a time", "prefetch"):
+        out.append((mechanism, "rope.apply (64, 8, 256, 64), out=x", 30,
+                    lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+    # (B, T, H, D) with (T, 1, d) tables: the heads of a position share a table row already
+    x = rng.standard_normal((1, 4096, 32, 128), dtype=np.float32)
+    c, s = (t[:, None] for t in rope.cos_sin(np.arange(4096), rope.inv_freq(128)[0], dtype=np.float32))
+    y = np.empty_like(x)
+    out.append(("prefetch", "rope.apply (1, 4096, 32, 128) (B, T, H, D), out=y", 15,
+                lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
+    out.append(("prefetch", "rope.apply (1, 4096, 32, 128) (B, T, H, D), out=x", 15,
                 lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
     for B, T, H, D in ((16, 32, 4, 16), (8, 128, 4, 32), (1, 512, 8, 64)):
         qkv = rng.standard_normal((B, T, 3 * H * D), dtype=np.float32)
@@ -117,9 +155,12 @@ def _cases(rng):
 
 
 def main(rounds: int = 11) -> None:
+    no_prefetch = _no_prefetch()
     saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "launch": krope._launch,
-             "one period": _one_period_kernels(),
-             "in place": (krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial)}
+             "kernels": tuple(getattr(krope, name) for name in _KERNELS),
+             "one period": _recompiled("_rows_in_place_kernel", _PERIODS_PER_ITEM=1),
+             "no prefetch": (*_recompiled("_rows_kernel", prefetch_lines=no_prefetch),
+                             *_recompiled("_rows_in_place_kernel", prefetch_lines=no_prefetch))}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
     for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):
         times = {True: [], False: []}

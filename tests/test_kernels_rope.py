@@ -383,21 +383,26 @@ ROW_GEOMETRIES = [
     ((2, 1, 17, 12), (2, 1, 17), 8, (34, 1)),       # size-1 axes of x are skipped
     ((4, 12), (1,), 8, (1, 1)),                     # one table row for every row
     ((5, 12), (), 12, (1, 1)),                      # 1-d tables
-    # items of the in-place kernel: 64 rows of a period in 2 periods at once, or all rows of a
+    # items of the in-place kernel: 64 rows of a period in 8 periods at once, or all rows of a
     # shorter one in as many periods as make 64 rows; the last item of a period or of x may be partial
     ((3, 70, 4), (70,), 4, (70, 1)),                # 3 periods of 70 rows: blocks of 64 + 6
+    ((11, 70, 4), (70,), 4, (70, 1)),               # 11 periods of 70 rows: groups of 8 + 3
     ((5, 7, 3, 4), (7, 1), 4, (7, 3)),              # 5 periods of 21 rows, 4 to an item
     ((130, 4), (1,), 4, (1, 1)),                    # 130 periods of one row, 64 to an item
 ]
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetching"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,t_lead,d,rows", ROW_GEOMETRIES, ids=lambda v: str(v).replace(" ", ""))
-def test_memory_order_path_takes_the_right_table_row(shape, t_lead, d, rows, layout, dtype):
+def test_memory_order_path_takes_the_right_table_row(shape, t_lead, d, rows, layout, dtype, prefetch, monkeypatch):
     """C-contiguous calls rotate in memory order, row ``r`` with table row ``(r // rep) % table_rows``:
     the geometry is the one the shapes imply, and the result is the formula's bit for bit, out of
-    place, into ``out=``, in place and backward."""
+    place, into ``out=``, in place and backward; also with the prefetches of large arrays (here for
+    every array)."""
+    if prefetch:
+        monkeypatch.setattr(krope, "_PREFETCH_MIN_BYTES", 0)
     rng = np.random.default_rng(21)
     x = rng.standard_normal(shape).astype(dtype)
     cos, sin = _rng_tables(rng, t_lead, d, layout, dtype)

@@ -48,7 +48,7 @@ from numba.core import config as _numba_config  # noqa: E402
 from numba.core.extending import intrinsic, overload  # noqa: E402
 
 __all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "exp", "from_order_key", "launch_guard", "njit_kernel",
-           "order_key"]
+           "order_key", "prefetch_lines"]
 
 FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
 
@@ -413,3 +413,48 @@ def from_order_key(typingctx, key):
         bits = _flip_sign_magnitude(builder, args[0], width)
         return builder.bitcast(bits, ir.FloatType() if width == 32 else ir.DoubleType())
     return getattr(types, f"float{width}")(key), codegen
+
+
+# --------------------------------------------------------------------------- software prefetch
+#
+# A streaming loop whose body does more than load and store (the RoPE rotation: table loads,
+# products, sums) leaves the hardware prefetchers too few cache misses in flight to keep up with
+# a fast L3 or DRAM: it stalls on each new line. ``prefetch_lines`` asks for the lines of a row a
+# few rows ahead (LLVM ``llvm.prefetch``: a hint, which never faults, so addresses past a page the
+# process owns are harmless). What it buys is on ``docs/benchmarks.md`` ("Kernel mechanisms").
+
+def _prefetch(rw: int):
+    @intrinsic
+    def prefetch(typingctx, arr, index):
+        """Prefetch the cache line of ``arr[index]`` (``arr`` 1-D, C-contiguous) into all cache levels,
+        for reading (rw 0) or for writing (rw 1)."""
+        if not isinstance(arr, types.Array) or not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            byte_ptr = ir.IntType(8).as_pointer()
+            i32 = ir.IntType(32)
+            fn = builder.module.declare_intrinsic("llvm.prefetch", [byte_ptr],
+                                                  ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]))
+            # rw, locality 3 (keep in every level), cache type 1 (data)
+            builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte_ptr), ir.Constant(i32, rw),
+                              ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return types.void(arr, index), codegen
+    return prefetch
+
+
+_prefetch_read, _prefetch_write = _prefetch(0), _prefetch(1)
+
+
+@njit_kernel(parallel=False, cache=False, inline="always")
+def prefetch_lines(buf, start, count, write):
+    """Prefetch every 64-byte line of ``buf[start:start + count]`` (``buf`` 1-D, C-contiguous, ``start >= 0``),
+    for writing when ``write`` (a line that will be stored to arrives exclusive) else for reading."""
+    step = max(1, 64 // buf.itemsize)
+    for k in range(start, start + count, step):
+        if write:
+            _prefetch_write(buf, numba.uint64(k))
+        else:
+            _prefetch_read(buf, numba.uint64(k))

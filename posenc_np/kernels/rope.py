@@ -19,8 +19,10 @@ run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)
 ``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
 ``(rows, D)`` view with table row ``(r // rep) % table_rows``. The table rows repeat every
 ``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and in place each work item rotates a
-block of rows in two such periods at once (two heads), so that each table row is read once for two
-rows of ``x``. ``prange`` runs over the items: each thread streams one contiguous range of ``x`` and
+block of rows in up to eight such periods at once (eight heads), so that each table row is read once
+for eight rows of ``x``. On arrays of ``_PREFETCH_MIN_BYTES`` or more both loops prefetch the rows
+they will reach a few rows later (a software prefetch: the rotation's table loads and arithmetic
+leave the hardware prefetchers behind a fast L3). ``prange`` runs over the items: each thread streams one contiguous range of ``x`` and
 ``out``, and first-touches its own pages of a new ``out``. It needs no plan
 (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on large calls over the planned
 path).
@@ -57,7 +59,7 @@ from numpy.typing import ArrayLike
 from .._checks import ROPE_LAYOUTS as LAYOUTS
 from .._checks import check_choice, check_out, check_rope_tables
 from .._checks import shares_memory as _overlaps
-from ._numba import FASTMATH, launch_guard, njit_kernel
+from ._numba import FASTMATH, launch_guard, njit_kernel, prefetch_lines
 
 __all__ = ["rope_apply", "rotate_tables"]
 
@@ -234,7 +236,7 @@ def _rope_kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleave
         _rotate_block(numba.int64(item), xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse)
 
 
-def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
+def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width, interleaved, inverse):
     """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) into ``ob`` in
     memory order.
 
@@ -242,11 +244,14 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interl
     over items of ``_ROWS_PER_ITEM`` consecutive rows, so each thread streams one contiguous range
     of ``x`` and ``out`` (and first-touches its own pages of a new ``out``); an item divides once
     for its first table row and then counts (two integer divisions per row cost more than a short
-    row: 3.4x the time at D = 16, measured). In place, :func:`_rows_in_place_kernel`.
+    row: 3.4x the time at D = 16, measured). With ``ahead > 0`` each row first prefetches the lines
+    of row ``r + ahead`` of ``x`` (to read) and of ``out`` (to write). In place,
+    :func:`_rows_in_place_kernel`.
     """
     one = ob.dtype.type(1)
     sign = -one if inverse else one
     d = 2 * n_pairs
+    step = ahead * width
     for item in numba.prange((n_rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM):
         lo = numba.int64(item) * _ROWS_PER_ITEM
         q = lo // rep
@@ -254,6 +259,9 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interl
         t = q % table_rows
         for r in range(lo, min(n_rows, lo + _ROWS_PER_ITEM)):
             row, t_row = r * width, t * d
+            if ahead and r + ahead < n_rows:
+                prefetch_lines(xb, row + step, width, False)
+                prefetch_lines(ob, row + step, width, True)
             _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, False)
             j += 1
             if j == rep:
@@ -261,16 +269,17 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interl
                 t = t + 1 if t + 1 < table_rows else 0
 
 
-def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
-    """:func:`_rows_kernel` in place (``ob`` is ``x``), two heads at a time.
+def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width, interleaved, inverse):
+    """:func:`_rows_kernel` in place (``ob`` is ``x``), several heads at a time.
 
     The table rows repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of
     ``(B, H, T, D)`` with ``(T, d)`` tables): view ``x`` as ``(n_rows / P, P)`` rows. A work item
     takes ``_ROWS_PER_ITEM`` consecutive rows of a period (or all of a shorter one) and rotates them
-    in ``G`` consecutive periods at once, ``G`` = 2 or as many as make ``_ROWS_PER_ITEM`` rows: each
-    table row is read once for ``G`` rows of ``x`` (from L1 for the second), while ``x`` is still
-    read in ``G`` sequential streams. Items are ordered so that each thread's range of ``x`` is
-    contiguous. (Out of place the same order ran slower, see ``_PERIODS_PER_ITEM``.)
+    in ``G`` consecutive periods at once, ``G`` = ``_PERIODS_PER_ITEM`` or as many as make
+    ``_ROWS_PER_ITEM`` rows: each table row is read once for ``G`` rows of ``x`` (from L1 after the
+    first), while ``x`` is read in ``G`` sequential streams, each prefetched ``ahead`` rows ahead
+    (none for 0). Items are ordered so that each thread's range of ``x`` is contiguous. (Out of place the
+    same order ran slower, see ``_PERIODS_PER_ITEM``.)
     """
     one = ob.dtype.type(1)
     sign = -one if inverse else one
@@ -280,6 +289,7 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, i
     block = min(period, _ROWS_PER_ITEM)  # rows of one period in an item
     group = min(n_periods, max(_PERIODS_PER_ITEM, (_ROWS_PER_ITEM + period - 1) // period))  # periods
     blocks = (period + block - 1) // block
+    step, end = ahead * width, n_rows * width
     for item in numba.prange(((n_periods + group - 1) // group) * blocks):
         g = numba.int64(item) // blocks
         lo = (numba.int64(item) - g * blocks) * block
@@ -291,6 +301,8 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, i
             t_row = t * d
             for p in range(p_lo, p_hi):
                 row = (p * period + r) * width
+                if ahead and row + step < end:  # (the row this stream reaches later, or the next item's)
+                    prefetch_lines(ob, row + step, width, True)
                 _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
             j += 1
             if j == rep:
@@ -315,13 +327,26 @@ def _parallel_and_serial(kernel):
 
 
 # A work item of the memory-order path: 64 rows (64 rows of 128 float32 channels: 32 KiB of x); in
-# place, 64 rows of each of 2 periods. Measured against one period an item, in one process (float32,
-# 2 threads, interleaved rounds): in place 68-74 -> 76 % of the scale roofline on (4, 32, 2048, 128),
-# 50 -> 71-73 % on (64, 8, 256, 64); out of place ((524288, 128) rows, (4096, 128) tables, caches
-# swept before each call) 25.3 -> 20.2 and 28.5 -> 25.7 GB/s (half), 24.8 -> 22.9 and 28.8 -> 23.9 GB/s
-# (interleaved), hence the two kernels.
+# place, 64 rows of each of up to 8 periods. Against 2 periods an item, on the 2-core Xeon of
+# docs/benchmarks.md (480 MiB L3; float32, 2 threads, interleaved rounds, % of the in-place scale
+# roofline, no prefetch): (4, 32, 2048, 128) half 68.5 -> 82.2 %, interleaved 54.6 -> 73.9 %;
+# (4, 32, 4096, 128) 65.4 -> 81.7 % and 59.1 -> 83.6 %, with 4 periods in between. On the 2-core AMD
+# EPYC (32 MiB L3) 2, 4 and 8 periods measured the same within the noise (81.7-86.5 / 81.8-88.4 /
+# 77.7-82.7 %). Out of place the same order ran slower ((524288, 128) rows, (4096, 128) tables, caches
+# swept before each call, AMD: 25.3 -> 20.2 and 28.5 -> 25.7 GB/s half, 24.8 -> 22.9 and 28.8 -> 23.9
+# GB/s interleaved), hence the two kernels.
+#
+# Calls on x of _PREFETCH_MIN_BYTES or more prefetch the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8
+# rows within the noise of each other at 256 and 512 bytes a row, 6 the best or within a point of it
+# in place). Smaller arrays are served from the caches, where the prefetches only cost instructions:
+# through rope.apply, float32, half, 9 interleaved rounds, prefetching against not (us),
+#   (1, 16, 1024, 128)   8 MiB: allocating 788 / 756, out=y 793 / 768, in place 618 / 527;
+#   (1, 32, 1024, 128)  16 MiB: 1207 / 1229, 1287 / 1249, 857 / 864;
+#   (2, 32, 1024, 128)  32 MiB: 4309 / 4874, 2003 / 2219, 1296 / 1314.
 _ROWS_PER_ITEM = 64
-_PERIODS_PER_ITEM = 2
+_PERIODS_PER_ITEM = 8
+_PREFETCH_ROWS = 6
+_PREFETCH_MIN_BYTES = 32 << 20
 _rope_kernel, _rope_kernel_serial = _parallel_and_serial(_rope_kernel)
 _rows_kernel, _rows_kernel_serial = _parallel_and_serial(_rows_kernel)
 _rows_in_place_kernel, _rows_in_place_kernel_serial = _parallel_and_serial(_rows_in_place_kernel)
@@ -538,6 +563,7 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
         rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
         rows = _rows_geometry(x, target, cos, sin, fresh=target is not out)
         if rows is not None:
+            rows += (_PREFETCH_ROWS if x.nbytes >= _PREFETCH_MIN_BYTES else 0,)
             cb = _typed_writeable(cos.reshape(-1))
             sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
             n_rows = x.size // x.shape[-1]
