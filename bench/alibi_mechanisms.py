@@ -1,4 +1,4 @@
-"""What each mechanism of the fused ALiBi forward buys, per 64 x 64 tile: an interleaved A/B in one process.
+"""What each mechanism of the fused ALiBi kernels buys, per 64 x 64 tile: an interleaved A/B in one process.
 
 ``python bench/alibi_mechanisms.py [ROUNDS]``. Each forward tile step (``posenc_np/kernels/alibi.py``,
 ``_attend_range``) forms ``S = Q_a K_b^T`` (BLAS), turns ``S`` into ``P~`` (scale, bias, row
@@ -7,7 +7,7 @@ kept in the forward, each timed on one thread against what it replaced, on float
 tiles with d = 64 (the kernel's tiles), ``calls`` repetitions inside one compiled loop:
 
 * ``transposed key tiles``: ``Q_a K_b^T`` as ``np.dot(q, kt)`` with ``kt`` a C-contiguous
-  ``(d, 64)`` tile of the once-transposed keys (``_transpose_key_tiles``), against
+  ``(d, 64)`` tile of the once-transposed keys (``_transpose_tiles``), against
   ``np.dot(q, k.T)`` on a transposed view (what BLAS gets as a "T" operand);
 * ``order-key row maxima``: the score loop (scale, bias, store, row maximum, NaN test; the first
   loop of ``_fwd_scores``) with each row's maximum taken as the integer maximum of order keys
@@ -18,6 +18,11 @@ tiles with d = 64 (the kernel's tiles), ``calls`` repetitions inside one compile
   per element (no vectorised math library here);
 * and, for scale, ``P~ V_b`` (``np.dot(p, v)``) and the whole library tile step
   (``_attend_range`` over one key tile) as they are.
+
+The backward's tile step (``_dkdv_tile`` and the ``dQ`` product of ``_backward_one_pass_kernel``:
+five products, the score loop, three accumulations) takes its two products with a transpose,
+``K_b Q_a^T`` and ``V_b dO_a^T``, on stored transposed tiles of ``Q`` and ``dO``
+(``_transpose_tiles``); without: the same step handed transposed views ``Q_a^T``, ``dO_a^T``.
 
 Rounds alternate the order of the variants; the table gives the median over rounds of each
 variant's time per call (microseconds), and what the mechanism saves of the whole tile step.
@@ -130,6 +135,16 @@ def _tile_step(q, k, kt, v, acc, row_max, row_sum, alpha, pv, s_buf, calls):
                              acc, row_max, row_sum, alpha, pv, s_buf)
 
 
+@_loop
+def _backward_step(q, qt, do, dot, k, v, lse, delta, st, dpt, tk, tv, tq, dk, dv, dq, calls):
+    ninf = np.float32(-np.inf)
+    for _ in range(calls):
+        dst = kalibi._dkdv_tile(q, qt, do, dot, k, v, 10_000, 0, True, np.float32(-0.0625), np.float32(0.125), ninf,
+                                lse, delta, st, dpt, tk, tv, dk, dv)
+        np.dot(dst.T, k, tq)
+        kalibi._add(dq, tq)
+
+
 def measure(rounds: int = 11) -> dict:
     rng = np.random.default_rng(0)
     f = np.float32
@@ -141,6 +156,11 @@ def measure(rounds: int = 11) -> dict:
     row = np.empty(64, f)
     state = [np.zeros((64, 64), f), np.empty(64, f), np.empty(64, f), np.empty(64, f), np.empty((64, 64), f),
              np.empty(64 * 64, f)]
+    do = rng.standard_normal((64, 64)).astype(f)
+    qt, dot = np.ascontiguousarray(q.T), np.ascontiguousarray(do.T)
+    lse = np.full(64, 10.0, f)  # P = exp(S - lse) small: the values stay finite over the calls
+    bstate = [lse, np.zeros(64, f), *(np.empty(64 * 64, f) for _ in range(2)),
+              *(np.empty((64, 64), f) for _ in range(3)), *(np.zeros((64, 64), f) for _ in range(3))]
     variants = {
         "QK^T, transposed view": lambda: _dot_view(q, k, s, CALLS),
         "QK^T, transposed key tile": lambda: _dot_tile(q, kt, s, CALLS),
@@ -150,6 +170,8 @@ def measure(rounds: int = 11) -> dict:
         "exp, kernels._numba.exp": lambda: _exp_f32(scores, tile_out, CALLS),
         "P~V": lambda: _dot_tile(scores, v, s, CALLS),
         "library tile step": lambda: _tile_step(q, k, kt, v, *state, CALLS),
+        "backward step, transposed views": lambda: _backward_step(q, q.T, do, do.T, k, v, *bstate, CALLS),
+        "backward step, transposed tiles": lambda: _backward_step(q, qt, do, dot, k, v, *bstate, CALLS),
     }
     times = {name: [] for name in variants}
     with blas_single_thread():
@@ -272,8 +294,13 @@ def markdown(us: dict) -> str:
     for name, off, on in rows:
         lines.append(f"| {name} | {1e6 * us[off]:.2f} | {1e6 * us[on]:.2f} | "
                      f"{100 * (us[off] - us[on]) / step:.0f} % |")
+    off, on = us["backward step, transposed views"], us["backward step, transposed tiles"]
+    lines.append(f"| transposed Q and dO tiles (backward) | {1e6 * off:.2f} | {1e6 * on:.2f} | "
+                 f"{100 * (off - on) / on:.0f} % of the backward tile step |")
     lines += ["", f"For scale: `P~ V_b` {1e6 * us['P~V']:.2f} us, the library's whole tile step (both products, "
-                  f"scores, exponentials, rescaling) {1e6 * step:.2f} us (one thread, float32, 64 x 64 tiles, d = 64)."]
+                  f"scores, exponentials, rescaling) {1e6 * step:.2f} us, its backward tile step (five products, "
+                  f"the score loop, three accumulations) {1e6 * on:.2f} us (one thread, float32, 64 x 64 tiles, "
+                  "d = 64)."]
     return "\n".join(lines)
 
 

@@ -275,19 +275,22 @@ def mechanisms(quick: bool = False) -> dict:
         "Each mechanism switched off (replaced by what it replaced) against on, in rounds that alternate "
         f"the order, {rounds} rounds, medians.",
         "",
-        "**Fused ALiBi forward: per 64 x 64 tile step, its door's float16 conversions, its small-query path** "
-        "(`python bench/alibi_mechanisms.py`: one thread; the tile table float32, d = 64, each variant a compiled "
-        "loop of 4000 calls; the conversions and the small-query path on whole calls, one call per variant and "
-        "round; off: NumPy's casts, and the kernels compiled with `SMALL_Q = 0` so that every tile takes BLAS):",
+        "**Fused ALiBi attention: per 64 x 64 tile step (forward and backward), the door's float16 conversions, "
+        "the small-query path** (`python bench/alibi_mechanisms.py`: one thread; the tile table float32, d = 64, "
+        "each variant a compiled loop of 4000 calls; the backward step off: handed transposed views of Q and dO "
+        "instead of their stored transposed tiles; the conversions and the small-query path on whole calls, one "
+        "call per variant and round; off: NumPy's casts, and the kernels compiled with `SMALL_Q = 0` so that every "
+        "tile takes BLAS):",
         "",
         tables["alibi"],
         "",
-        "**RoPE kernel: the memory-order path, two heads at a time in place, the plan cache and the serial "
-        "copies, through the public API** (`python bench/rope_machinery.py`: median of a batch of calls per "
-        "round; the memory-order path serves C-contiguous calls (off: they take the planned path); in place it "
-        "rotates two heads' rows per table row (off: one head an item); the plan cache serves the model's strided "
-        "q and k views; a call too small for two threads runs a serial copy of the kernel (off: the parallel "
-        "kernel with Numba's thread count set to one)):",
+        "**RoPE kernel: the memory-order path, several heads at a time in place, the prefetch, the plan cache and "
+        "the serial copies, through the public API** (`python bench/rope_machinery.py`: median of a batch of calls "
+        "per round; the memory-order path serves C-contiguous calls (off: they take the planned path); in place it "
+        "rotates up to eight heads' rows per table row (off: one head an item); on arrays of 32 MiB or more it "
+        "prefetches the row six rows ahead (off: no prefetch); the plan cache serves the model's strided q and k "
+        "views; a call too small for two threads runs a serial copy of the kernel (off: the parallel kernel with "
+        "Numba's thread count set to one)):",
         "",
         tables["rope"],
     ])

@@ -39,7 +39,8 @@ group's gradients.
 Numerics and speed (``docs/alibi.md``, ``docs/benchmarks.md``): tile products are BLAS ``np.dot``
 with BLAS held to one thread (:class:`~posenc_np.kernels._numba.blas_single_thread`: no
 oversubscription under ``prange``); the forward's :math:`Q_a K_b^\top` multiplies C-contiguous
-tiles of a once-transposed copy of the keys (:func:`_transpose_key_tiles`), and its row maxima
+tiles of a once-transposed copy of the keys (:func:`_transpose_tiles`; the backward's products
+with a transpose likewise take transposed tiles of Q, dO, K and V), and its row maxima
 are integer maxima of order keys (:func:`~posenc_np.kernels._numba.order_key`), so that the
 score loop vectorises; the exponential is the vectorisable polynomial
 :func:`posenc_np.kernels._numba.exp` (within 0.91-2.0 ulp; ``math.exp`` stays a scalar libm call,
@@ -54,7 +55,9 @@ Semantics match :func:`posenc_np.alibi.attention`: fully masked rows (``causal``
 a kept pair makes its row NaN (``lse`` NaN or ``+inf``, so the backward's ``P`` is NaN where the
 reference's is), ``-inf`` logits count as masked. Non-finite inputs at *masked* pairs leak NaN
 everywhere in the reference (``0 * nan``) but only within the diagonal tile here, since skipped
-tiles are never read. Memory: a few ``BLOCK_Q x BLOCK_K`` tiles per work item besides the outputs.
+tiles are never read. Memory: a few ``BLOCK_Q x BLOCK_K`` tiles per work item besides the outputs,
+and tile-transposed copies of the inputs the tile products take transposed (the forward's K; the
+backward's Q and dO, and K and V in the two-pass backward).
 """
 
 from __future__ import annotations
@@ -131,6 +134,11 @@ def _items(a: np.ndarray, compute) -> np.ndarray:
         _half_to_float(np.ascontiguousarray(a3).view(np.uint16).reshape(-1), wide.reshape(-1))
         return wide.astype(compute, copy=False)
     return np.ascontiguousarray(a3, dtype=compute)
+
+
+def _transposed(a: np.ndarray) -> np.ndarray:
+    """Storage for :func:`_transpose_tiles` of ``a`` ``(n, rows, d)``: ``(n, rows * d)``."""
+    return np.empty((a.shape[0], a.shape[1] * a.shape[2]), dtype=a.dtype)
 
 
 def _to_io(a: np.ndarray, io) -> np.ndarray:
@@ -268,10 +276,10 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
         splits = _key_splits(key_splits, work, k_len, min(q_len, BLOCK_Q))
         sc, ninf = compute.type(scale), compute.type(-np.inf)
         blas = blas_single_thread() if q_len > SMALL_Q else contextlib.nullcontext()
-        kt = np.empty((k3.shape[0], k_len * k3.shape[2] if q_len > SMALL_Q else 0), dtype=compute)
+        kt = _transposed(k3 if q_len > SMALL_Q else k3[:, :0])
         with launch_guard(), blas, _threads_for(work * splits):
             if q_len > SMALL_Q:
-                _transpose_key_tiles(k3, kt)
+                _transpose_tiles(k3, kt)
             rows = q_len if splits > 1 else 0  # one key range writes no partial state
             part_acc = np.empty((n_items, splits, rows, dv), dtype=compute)
             part_m = np.empty((n_items, splits, rows), dtype=compute)
@@ -351,16 +359,26 @@ def fused_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray
         if method == "auto":
             threads = numba.get_num_threads()
             method = "one-pass" if threads == 1 or n_kv >= 2 * threads else "two-pass"
+        qt, dot = _transposed(q3), _transposed(do3)  # the products with a transpose take stored tiles
         with launch_guard(), blas_single_thread():
+            with _threads_for(n_items * -(-q_len // BLOCK_Q)):
+                _transpose_tiles(q3, qt)
+                _transpose_tiles(do3, dot)
             if method == "one-pass":
                 with _threads_for(n_kv):
-                    _backward_one_pass_kernel(q3, k3, v3, do3, o3, lse2, mneg, group, causal, sc, off, ninf,
+                    _backward_one_pass_kernel(q3, qt, k3, v3, do3, dot, o3, lse2, mneg, group, causal, sc, off, ninf,
                                               dq, dk, dv, delta)
             else:
-                with _threads_for(n_items * -(-q_len // BLOCK_Q)):
-                    _backward_dq_kernel(q3, k3, v3, do3, o3, lse2, mneg, group, causal, sc, off, ninf, dq, delta)
+                kt, vt = _transposed(k3), _transposed(v3)
                 with _threads_for(n_kv * -(-k_len // BLOCK_K)):
-                    _backward_dkdv_kernel(q3, k3, v3, do3, lse2, delta, mneg, group, causal, sc, off, ninf, dk, dv)
+                    _transpose_tiles(k3, kt)
+                    _transpose_tiles(v3, vt)
+                with _threads_for(n_items * -(-q_len // BLOCK_Q)):
+                    _backward_dq_kernel(q3, k3, kt, v3, vt, do3, o3, lse2, mneg, group, causal, sc, off, ninf, dq,
+                                        delta)
+                with _threads_for(n_kv * -(-k_len // BLOCK_K)):
+                    _backward_dkdv_kernel(q3, qt, k3, v3, do3, dot, lse2, delta, mneg, group, causal, sc, off, ninf,
+                                          dk, dv)
     return (_to_io(dq, io).reshape(q.shape), _to_io(dk, io).reshape(k.shape), _to_io(dv, io).reshape(v.shape))
 
 
@@ -627,7 +645,7 @@ def _attend_range(q_a, k_n, kt_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf,
     """Online softmax of query tile ``q_a`` (query ``a`` at position ``pos0 + a``) over keys
     ``j_lo <= j < j_hi``, tile by tile: updates the unnormalised output ``acc`` and the running
     ``row_max``/``row_sum`` in place (FlashAttention-2 forward). ``kt_n`` holds the same keys as
-    ``k_n``, each key tile transposed (:func:`_transpose_key_tiles`), for the BLAS products; they
+    ``k_n``, each key tile transposed (:func:`_transpose_tiles`), for the BLAS products; they
     take a stored tile whole, also when ``j_hi`` ends inside it (causal: the keys past ``j_hi`` are
     masked for every query of the tile, and their scores become 0)."""
     bq, d = q_a.shape
@@ -638,7 +656,7 @@ def _attend_range(q_a, k_n, kt_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf,
         if bq <= SMALL_Q:
             _small_qkt(q_a, k_n, j0, s)
         else:
-            np.dot(q_a, kt_n[j0 * d:(j0 + bk) * d].reshape((d, bk)), s)
+            np.dot(q_a, _tile(kt_n, j0, j0 + bk, d), s)
         _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha)
         if bq <= SMALL_Q:
             _small_pv(s, v_n, j0, pv)
@@ -669,21 +687,28 @@ def _key_end(i1, off, k_len, causal):
 
 
 @njit_kernel()
-def _transpose_key_tiles(k, kt):
-    """``kt[h, j0 d:(j0 + bk) d]`` = key tile ``k[h, j0:j0 + bk]`` transposed, ``(d, bk)`` in C order,
-    for every tile of :data:`BLOCK_K` keys: the forward's ``Q_a K_b^T`` is then a plain product of two
-    C-contiguous tiles (64 x 64 x 64 float32, one thread: 4.8 us against 7.0 us with ``K_b^T`` as a
-    transposed view)."""
-    n_kv, k_len, d = k.shape
-    n_kt = (k_len + BLOCK_K - 1) // BLOCK_K
-    for item in prange(n_kv * n_kt):
-        h = item // n_kt
-        j0 = (item % n_kt) * BLOCK_K
-        bk = min(BLOCK_K, k_len - j0)
-        tile = kt[h, j0 * d:(j0 + bk) * d].reshape((d, bk))
-        for b in range(bk):
+def _transpose_tiles(x, xt):
+    """``xt[h, j0 d:(j0 + b) d]`` = tile ``x[h, j0:j0 + b]`` transposed, ``(d, b)`` in C order, for every
+    tile of :data:`BLOCK_K` (= :data:`BLOCK_Q`) rows: a product with a tile's transpose (the forward's
+    ``Q_a K_b^T``, the backward's ``K_b Q_a^T`` and ``V_b dO_a^T``) is then a plain product of two
+    C-contiguous tiles (64 x 64 x 64 float32, one thread: 4.8 us against 7.0 us with the transpose as
+    a view, which BLAS takes as a "T" operand)."""
+    n, rows, d = x.shape
+    n_t = (rows + BLOCK_K - 1) // BLOCK_K
+    for item in prange(n * n_t):
+        h = item // n_t
+        j0 = (item % n_t) * BLOCK_K
+        b = min(BLOCK_K, rows - j0)
+        tile = xt[h, j0 * d:(j0 + b) * d].reshape((d, b))
+        for r in range(b):
             for c in range(d):
-                tile[c, b] = k[h, j0 + b, c]
+                tile[c, r] = x[h, j0 + r, c]
+
+
+@_helper
+def _tile(xt_n, i0, i1, d):
+    """The stored transposed tile of rows ``i0:i1`` (``i0`` on the tile grid) of one head, ``(d, i1 - i0)``."""
+    return xt_n[i0 * d:i1 * d].reshape((d, i1 - i0))
 
 
 @njit_kernel()
@@ -772,9 +797,9 @@ def _combine_splits(t, n_qt, splits, part_acc, part_m, part_l, out, lse, ninf):
 
 
 @njit_kernel()
-def _backward_dq_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ninf, dq, delta):
+def _backward_dq_kernel(q, k, kt, v, vt, do, o, lse, mneg, group, causal, scale, off, ninf, dq, delta):
     n_items, q_len, d = q.shape
-    k_len = k.shape[1]
+    k_len, d_v = k.shape[1], v.shape[2]
     n_qt = (q_len + BLOCK_Q - 1) // BLOCK_Q
     for item in prange(n_items * n_qt):
         n = item // n_qt
@@ -784,35 +809,36 @@ def _backward_dq_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ni
         q_a = q[n][i0:i1]
         do_a = do[n][i0:i1]
         dq_a = dq[n][i0:i1]
-        k_n, v_n = k[n // group], v[n // group]
+        h = n // group
         _row_dots(do_a, o[n][i0:i1], delta[n, i0:i1])
         s_buf = np.empty(bq * BLOCK_K, dq.dtype)
         dp_buf = np.empty(bq * BLOCK_K, dq.dtype)
         tmp = np.empty((bq, d), dq.dtype)
         j_end = _key_end(i1, off, k_len, causal)
         for j0 in range(0, j_end, BLOCK_K):
-            bk = min(BLOCK_K, j_end - j0)
+            j1 = min(j0 + BLOCK_K, k_len)  # whole stored tiles (keys past j_end are masked)
+            bk = j1 - j0
             s = s_buf[: bq * bk].reshape((bq, bk))
             dp = dp_buf[: bq * bk].reshape((bq, bk))
-            k_b = k_n[j0:j0 + bk]
-            np.dot(q_a, k_b.T, s)
-            np.dot(do_a, v_n[j0:j0 + bk].T, dp)
+            np.dot(q_a, _tile(kt[h], j0, j1, d), s)
+            np.dot(do_a, _tile(vt[h], j0, j1, d_v), dp)
             _dq_scores(s, dp, i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i1], delta[n, i0:i1])
-            np.dot(s, k_b, tmp)
+            np.dot(s, k[h][j0:j1], tmp)
             _add(dq_a, tmp)
         _scale(dq_a, scale)
 
 
 @_helper
-def _dkdv_tile(q_a, do_a, k_b, v_b, pos0, j0, causal, m, scale, ninf, lse_a, delta_a, st_buf, dpt_buf, tmp_k, tmp_v,
-               dk_b, dv_b):
+def _dkdv_tile(q_a, qt_a, do_a, dot_a, k_b, v_b, pos0, j0, causal, m, scale, ninf, lse_a, delta_a, st_buf, dpt_buf,
+               tmp_k, tmp_v, dk_b, dv_b):
     """One (key tile, query tile) step of the backward: ``dv_b += P^T dO_a``, ``dk_b += dS^T Q_a``
-    (unscaled); returns ``dS^T`` (``(bk, bq)``, a view of ``dpt_buf``) for the caller's ``dQ``."""
+    (unscaled); returns ``dS^T`` (``(bk, bq)``, a view of ``dpt_buf``) for the caller's ``dQ``.
+    ``qt_a``, ``dot_a``: the query tile's stored transposes (:func:`_transpose_tiles`)."""
     bk, bq = k_b.shape[0], q_a.shape[0]
     st = st_buf[: bk * bq].reshape((bk, bq))  # S^T, then P^T
     dpt = dpt_buf[: bk * bq].reshape((bk, bq))  # dP^T, then dS^T
-    np.dot(k_b, q_a.T, st)
-    np.dot(v_b, do_a.T, dpt)
+    np.dot(k_b, qt_a, st)
+    np.dot(v_b, dot_a, dpt)
     _dkdv_scores(st, dpt, pos0, j0, causal, m, scale, ninf, lse_a, delta_a)
     np.dot(st, do_a, tmp_v)
     np.dot(dpt, q_a, tmp_k)
@@ -821,8 +847,16 @@ def _dkdv_tile(q_a, do_a, k_b, v_b, pos0, j0, causal, m, scale, ninf, lse_a, del
     return dpt
 
 
+@_helper
+def _first_query_tile(j0, off, q_len, causal):
+    """Start, on the tile grid, of the query tiles that see key ``j0`` (causal: query ``i`` sees it
+    from ``i + off >= j0``; the rows of that tile before it are masked in the score loop)."""
+    i_start = max(0, j0 - off) if causal else 0
+    return q_len if i_start >= q_len else i_start - i_start % BLOCK_Q
+
+
 @njit_kernel()
-def _backward_dkdv_kernel(q, k, v, do, lse, delta, mneg, group, causal, scale, off, ninf, dk, dv):
+def _backward_dkdv_kernel(q, qt, k, v, do, dot, lse, delta, mneg, group, causal, scale, off, ninf, dk, dv):
     q_len, d = q.shape[1], q.shape[2]
     n_kv, k_len, d_v = v.shape
     n_kt = (k_len + BLOCK_K - 1) // BLOCK_K
@@ -838,17 +872,17 @@ def _backward_dkdv_kernel(q, k, v, do, lse, delta, mneg, group, causal, scale, o
         dpt_buf = np.empty(bk * BLOCK_Q, dk.dtype)
         tmp_k = np.empty((bk, d), dk.dtype)
         tmp_v = np.empty((bk, d_v), dk.dtype)
-        i_start = min(q_len, max(0, j0 - off)) if causal else 0  # first query that sees key j0
         for n in range(h * group, (h + 1) * group):  # the query heads of this key/value head
-            for i0 in range(i_start, q_len, BLOCK_Q):
+            for i0 in range(_first_query_tile(j0, off, q_len, causal), q_len, BLOCK_Q):
                 i1 = min(i0 + BLOCK_Q, q_len)
-                _dkdv_tile(q[n][i0:i1], do[n][i0:i1], k_b, v_b, i0 + off, j0, causal, mneg[n], scale, ninf,
-                           lse[n, i0:i1], delta[n, i0:i1], st_buf, dpt_buf, tmp_k, tmp_v, dk_b, dv_b)
+                _dkdv_tile(q[n][i0:i1], _tile(qt[n], i0, i1, d), do[n][i0:i1], _tile(dot[n], i0, i1, d_v), k_b, v_b,
+                           i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i1], delta[n, i0:i1], st_buf,
+                           dpt_buf, tmp_k, tmp_v, dk_b, dv_b)
         _scale(dk_b, scale)
 
 
 @njit_kernel()
-def _backward_one_pass_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ninf, dq, dk, dv, delta):
+def _backward_one_pass_kernel(q, qt, k, v, do, dot, o, lse, mneg, group, causal, scale, off, ninf, dq, dk, dv, delta):
     """One work item per key/value head: every tile product once (five per tile pair), and the
     item owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows (no atomics)."""
     q_len, d = q.shape[1], q.shape[2]
@@ -865,13 +899,13 @@ def _backward_one_pass_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, o
             bk = min(BLOCK_K, k_len - j0)
             k_b = k[h][j0:j0 + bk]
             dk_b = dk[h][j0:j0 + bk]
-            i_start = min(q_len, max(0, j0 - off)) if causal else 0
             for n in range(h * group, (h + 1) * group):
-                for i0 in range(i_start, q_len, BLOCK_Q):
+                for i0 in range(_first_query_tile(j0, off, q_len, causal), q_len, BLOCK_Q):
                     i1 = min(i0 + BLOCK_Q, q_len)
-                    dst = _dkdv_tile(q[n][i0:i1], do[n][i0:i1], k_b, v[h][j0:j0 + bk], i0 + off, j0, causal,
-                                     mneg[n], scale, ninf, lse[n, i0:i1], delta[n, i0:i1], st_buf, dpt_buf,
-                                     tmp_k[:bk], tmp_v[:bk], dk_b, dv[h][j0:j0 + bk])
+                    dst = _dkdv_tile(q[n][i0:i1], _tile(qt[n], i0, i1, d), do[n][i0:i1], _tile(dot[n], i0, i1, d_v),
+                                     k_b, v[h][j0:j0 + bk], i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i1],
+                                     delta[n, i0:i1], st_buf, dpt_buf, tmp_k[:bk], tmp_v[:bk], dk_b,
+                                     dv[h][j0:j0 + bk])
                     t_q = tmp_q[: i1 - i0]
                     np.dot(dst.T, k_b, t_q)  # dQ_a += dS K_b
                     _add(dq[n][i0:i1], t_q)
