@@ -13,9 +13,9 @@ Mechanisms:
   rows in up to ``_PERIODS_PER_ITEM`` periods of the tables (heads of ``(B, H, T, D)``), so each
   table row is read once for all of them; off: the same kernel compiled here with one period an
   item (``_PERIODS_PER_ITEM = 1``);
-* ``prefetch`` (``prefetch_lines`` in ``_rows_kernel`` and ``_rows_in_place_kernel``): each row
-  first prefetches the lines of the row ``_PREFETCH_ROWS`` ahead; off: both kernels compiled here
-  with a ``prefetch_lines`` that does nothing;
+* ``prefetch`` (``prefetch_lines`` in ``_rows_kernel`` and ``_rows_in_place_kernel``): on more than
+  one thread each row first prefetches the lines of the row ``_PREFETCH_ROWS`` ahead; off: both
+  kernels compiled here with ``_PREFETCH_ROWS = 0`` (as their serial copies are);
 * ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
   model's q and k are strided views of its qkv buffer, which take the planned path); off: every
   call plans afresh;
@@ -50,27 +50,19 @@ from posenc_np.kernels import rope as krope
 
 def _recompiled(name: str, **scope) -> tuple:
     """Kernel ``name`` of ``posenc_np/kernels/rope.py`` and its serial copy compiled again with the
-    module globals in ``scope`` replaced (the switched-off variants)."""
+    module globals in ``scope`` replaced (the switched-off variants); the serial copy without the
+    prefetch, as the library's (``_parallel_and_serial``)."""
     from posenc_np.kernels._numba import njit_kernel
 
     body = getattr(krope, name).py_func
     globals_ = dict(body.__globals__, **scope)
     kernels = []
     for parallel in (True, False):
-        copy = types.FunctionType(body.__code__, globals_, f"{body.__name__}_off{'' if parallel else '_serial'}")
+        copy = types.FunctionType(body.__code__, globals_ if parallel else dict(globals_, _PREFETCH_ROWS=0),
+                                  f"{body.__name__}_off{'' if parallel else '_serial'}")
         kernels.append(njit_kernel(parallel=parallel, fastmath=krope._FASTMATH, noalias=not parallel,
                                    cache=False)(copy))
     return tuple(kernels)
-
-
-def _no_prefetch():
-    from posenc_np.kernels._numba import njit_kernel
-
-    @njit_kernel(parallel=False, cache=False, inline="always")
-    def prefetch_lines(buf, start, count, write):
-        pass
-
-    return prefetch_lines
 
 
 def _parallel_only(kernels, use: int, threads: int, *args):
@@ -155,12 +147,11 @@ def _cases(rng):
 
 
 def main(rounds: int = 11) -> None:
-    no_prefetch = _no_prefetch()
     saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "launch": krope._launch,
              "kernels": tuple(getattr(krope, name) for name in _KERNELS),
              "one period": _recompiled("_rows_in_place_kernel", _PERIODS_PER_ITEM=1),
-             "no prefetch": (*_recompiled("_rows_kernel", prefetch_lines=no_prefetch),
-                             *_recompiled("_rows_in_place_kernel", prefetch_lines=no_prefetch))}
+             "no prefetch": (*_recompiled("_rows_kernel", _PREFETCH_ROWS=0),
+                             *_recompiled("_rows_in_place_kernel", _PREFETCH_ROWS=0))}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
     for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):
         times = {True: [], False: []}

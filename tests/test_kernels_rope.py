@@ -392,17 +392,17 @@ ROW_GEOMETRIES = [
 ]
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["", "prefetching"])
+@pytest.mark.parametrize("threads", ["serial", "parallel"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape,t_lead,d,rows", ROW_GEOMETRIES, ids=lambda v: str(v).replace(" ", ""))
-def test_memory_order_path_takes_the_right_table_row(shape, t_lead, d, rows, layout, dtype, prefetch, monkeypatch):
+def test_memory_order_path_takes_the_right_table_row(shape, t_lead, d, rows, layout, dtype, threads, monkeypatch):
     """C-contiguous calls rotate in memory order, row ``r`` with table row ``(r // rep) % table_rows``:
     the geometry is the one the shapes imply, and the result is the formula's bit for bit, out of
-    place, into ``out=``, in place and backward; also with the prefetches of large arrays (here for
-    every array)."""
-    if prefetch:
-        monkeypatch.setattr(krope, "_PREFETCH_MIN_BYTES", 0)
+    place, into ``out=``, in place and backward; in the serial copies these small calls take, and
+    in the parallel kernels (which also prefetch rows ahead), here made to take them."""
+    if threads == "parallel":
+        monkeypatch.setattr(krope, "_ELEMENTS_PER_THREAD", 1)
     rng = np.random.default_rng(21)
     x = rng.standard_normal(shape).astype(dtype)
     cos, sin = _rng_tables(rng, t_lead, d, layout, dtype)

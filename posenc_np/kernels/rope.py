@@ -19,13 +19,13 @@ run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)
 ``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
 ``(rows, D)`` view with table row ``(r // rep) % table_rows``. The table rows repeat every
 ``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and in place each work item rotates a
-block of rows in up to eight such periods at once (eight heads), so that each table row is read once
-for eight rows of ``x``. On arrays of ``_PREFETCH_MIN_BYTES`` or more both loops prefetch the rows
-they will reach a few rows later (a software prefetch: the rotation's table loads and arithmetic
-leave the hardware prefetchers behind a fast L3). ``prange`` runs over the items: each thread streams one contiguous range of ``x`` and
-``out``, and first-touches its own pages of a new ``out``. It needs no plan
-(``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on large calls over the planned
-path).
+block of rows in up to eight such periods at once (eight heads), so that each table row is read
+once for eight rows of ``x``. On more than one thread both loops prefetch the rows they will reach
+a few rows later (a software prefetch: the rotation's table loads and arithmetic leave the hardware
+prefetchers behind a fast L3; the serial copies that small calls run do not). ``prange`` runs over the items: each
+thread streams one contiguous range of ``x`` and ``out``, and first-touches its own pages of a new
+``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on large
+calls over the planned path).
 
 Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where
 ``cos``/``sin`` vary) and *broadcast axes* (where they repeat). The Python wrapper builds the
@@ -236,7 +236,7 @@ def _rope_kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleave
         _rotate_block(numba.int64(item), xb, ob, A, I, meta, cb, sb, n_pairs, width, interleaved, inverse)
 
 
-def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width, interleaved, inverse):
+def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
     """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) into ``ob`` in
     memory order.
 
@@ -244,14 +244,14 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width,
     over items of ``_ROWS_PER_ITEM`` consecutive rows, so each thread streams one contiguous range
     of ``x`` and ``out`` (and first-touches its own pages of a new ``out``); an item divides once
     for its first table row and then counts (two integer divisions per row cost more than a short
-    row: 3.4x the time at D = 16, measured). With ``ahead > 0`` each row first prefetches the lines
-    of row ``r + ahead`` of ``x`` (to read) and of ``out`` (to write). In place,
-    :func:`_rows_in_place_kernel`.
+    row: 3.4x the time at D = 16, measured). Each row first prefetches the lines of row
+    ``r + _PREFETCH_ROWS`` of ``x`` (to read) and of ``out`` (to write), unless that constant is 0
+    (the serial copy, :func:`_parallel_and_serial`). In place, :func:`_rows_in_place_kernel`.
     """
     one = ob.dtype.type(1)
     sign = -one if inverse else one
     d = 2 * n_pairs
-    step = ahead * width
+    step = _PREFETCH_ROWS * width
     for item in numba.prange((n_rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM):
         lo = numba.int64(item) * _ROWS_PER_ITEM
         q = lo // rep
@@ -259,7 +259,7 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width,
         t = q % table_rows
         for r in range(lo, min(n_rows, lo + _ROWS_PER_ITEM)):
             row, t_row = r * width, t * d
-            if ahead and r + ahead < n_rows:
+            if _PREFETCH_ROWS and r + _PREFETCH_ROWS < n_rows:
                 prefetch_lines(xb, row + step, width, False)
                 prefetch_lines(ob, row + step, width, True)
             _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, False)
@@ -269,7 +269,7 @@ def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width,
                 t = t + 1 if t + 1 < table_rows else 0
 
 
-def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, width, interleaved, inverse):
+def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
     """:func:`_rows_kernel` in place (``ob`` is ``x``), several heads at a time.
 
     The table rows repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of
@@ -277,8 +277,8 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, w
     takes ``_ROWS_PER_ITEM`` consecutive rows of a period (or all of a shorter one) and rotates them
     in ``G`` consecutive periods at once, ``G`` = ``_PERIODS_PER_ITEM`` or as many as make
     ``_ROWS_PER_ITEM`` rows: each table row is read once for ``G`` rows of ``x`` (from L1 after the
-    first), while ``x`` is read in ``G`` sequential streams, each prefetched ``ahead`` rows ahead
-    (none for 0). Items are ordered so that each thread's range of ``x`` is contiguous. (Out of place the
+    first), while ``x`` is read in ``G`` sequential streams, each prefetched ``_PREFETCH_ROWS`` rows
+    ahead. Items are ordered so that each thread's range of ``x`` is contiguous. (Out of place the
     same order ran slower, see ``_PERIODS_PER_ITEM``.)
     """
     one = ob.dtype.type(1)
@@ -289,7 +289,7 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, w
     block = min(period, _ROWS_PER_ITEM)  # rows of one period in an item
     group = min(n_periods, max(_PERIODS_PER_ITEM, (_ROWS_PER_ITEM + period - 1) // period))  # periods
     blocks = (period + block - 1) // block
-    step, end = ahead * width, n_rows * width
+    step, end = _PREFETCH_ROWS * width, n_rows * width
     for item in numba.prange(((n_periods + group - 1) // group) * blocks):
         g = numba.int64(item) // blocks
         lo = (numba.int64(item) - g * blocks) * block
@@ -301,7 +301,7 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, ahead, n_pairs, w
             t_row = t * d
             for p in range(p_lo, p_hi):
                 row = (p * period + r) * width
-                if ahead and row + step < end:  # (the row this stream reaches later, or the next item's)
+                if _PREFETCH_ROWS and row + step < end:  # (the row this stream reaches later, or the next item's)
                     prefetch_lines(ob, row + step, width, True)
                 _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
             j += 1
@@ -316,11 +316,14 @@ def _parallel_and_serial(kernel):
     which costs tens of microseconds per call). The serial copy is compiled ``noalias`` (``_run``
     guarantees it, see the comment above ``_rotate_row``): at L2-resident sizes the memory-order
     path then runs 1.2-2.6x faster in place and up to 1.4x out of place (one thread, float32,
-    (1, 4, 128, 128), (8, 4, 128, 16) and (1, 2, 256, 64), measured). One body; each copy has its
-    own name, so its own entry in Numba's cache."""
+    (1, 4, 128, 128), (8, 4, 128, 16) and (1, 2, 256, 64), measured). The serial copy does not
+    prefetch (``_PREFETCH_ROWS`` is 0 for it: its calls are cache-resident, and the prefetching rows
+    cost 14 of the 66 us of an out-of-place (1, 4, 128, 128) float32 call). One body; each copy has
+    its own name, so its own entry in Numba's cache."""
     compiled = []
     for parallel, suffix in ((True, ""), (False, "_serial")):
-        copy = types.FunctionType(kernel.__code__, kernel.__globals__, kernel.__name__ + suffix)
+        scope = kernel.__globals__ if parallel else dict(kernel.__globals__, _PREFETCH_ROWS=0)
+        copy = types.FunctionType(kernel.__code__, scope, kernel.__name__ + suffix)
         copy.__qualname__, copy.__doc__ = copy.__name__, kernel.__doc__
         compiled.append(njit_kernel(parallel=parallel, fastmath=_FASTMATH, noalias=not parallel)(copy))
     return tuple(compiled)
@@ -336,17 +339,11 @@ def _parallel_and_serial(kernel):
 # swept before each call, AMD: 25.3 -> 20.2 and 28.5 -> 25.7 GB/s half, 24.8 -> 22.9 and 28.8 -> 23.9
 # GB/s interleaved), hence the two kernels.
 #
-# Calls on x of _PREFETCH_MIN_BYTES or more prefetch the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8
-# rows within the noise of each other at 256 and 512 bytes a row, 6 the best or within a point of it
-# in place). Smaller arrays are served from the caches, where the prefetches only cost instructions:
-# through rope.apply, float32, half, 9 interleaved rounds, prefetching against not (us),
-#   (1, 16, 1024, 128)   8 MiB: allocating 788 / 756, out=y 793 / 768, in place 618 / 527;
-#   (1, 32, 1024, 128)  16 MiB: 1207 / 1229, 1287 / 1249, 857 / 864;
-#   (2, 32, 1024, 128)  32 MiB: 4309 / 4874, 2003 / 2219, 1296 / 1314.
+# The parallel kernels prefetch the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8 rows within the noise
+# of each other at 256 and 512 bytes a row, 6 the best or within a point of it in place).
 _ROWS_PER_ITEM = 64
 _PERIODS_PER_ITEM = 8
 _PREFETCH_ROWS = 6
-_PREFETCH_MIN_BYTES = 32 << 20
 _rope_kernel, _rope_kernel_serial = _parallel_and_serial(_rope_kernel)
 _rows_kernel, _rows_kernel_serial = _parallel_and_serial(_rows_kernel)
 _rows_in_place_kernel, _rows_in_place_kernel_serial = _parallel_and_serial(_rows_in_place_kernel)
@@ -563,7 +560,6 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
         rest = (cos.shape[-1] // 2, x.shape[-1], layout == "interleaved", bool(inverse))
         rows = _rows_geometry(x, target, cos, sin, fresh=target is not out)
         if rows is not None:
-            rows += (_PREFETCH_ROWS if x.nbytes >= _PREFETCH_MIN_BYTES else 0,)
             cb = _typed_writeable(cos.reshape(-1))
             sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
             n_rows = x.size // x.shape[-1]
