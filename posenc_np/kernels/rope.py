@@ -563,7 +563,8 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
             cb = _typed_writeable(cos.reshape(-1))
             sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
             n_rows = x.size // x.shape[-1]
-            if target is x or _same_view(x, target):
+            # in place: x itself, or another view of exactly its memory (a new array never is)
+            if target is x or (target is out and np.may_share_memory(x, target) and _same_view(x, target)):
                 _launch((_rows_in_place_kernel, _rows_in_place_kernel_serial), use, threads, target.reshape(-1), cb,
                         sb, n_rows, *rows, *rest)
             else:
