@@ -309,7 +309,7 @@ def _markdown(result) -> str:
         "Table traffic: the counted bytes include `cos` and `sin` once, but with `(B, H, T, D)` and `(T, d)` "
         "tables every head reads every table row, as much table traffic as `x` itself (each half-layout row "
         "also holds each value twice, the HF table format). These arrays are C-contiguous, so the kernel walks "
-        "their rows in memory order (each thread one contiguous range of `x`); in place up to eight heads at a "
+        "their rows in memory order (each thread one contiguous range of `x`), up to eight heads at a "
         "time, so that each table row is read from L2 or L3 once for eight rows of `x` (at T = 4096, d = 128 the "
         "tables are 4 MiB); on two threads both loops prefetch the row six rows ahead. "
         "`in-place, one table row` below is the same in-place rotation with `cos[:1]`, "

@@ -9,13 +9,13 @@ Mechanisms:
 * ``memory-order path`` (``_rows_geometry`` / ``_rows_kernel``): a call whose arrays are all
   C-contiguous rotates its rows in memory order with no plan; off: ``_rows_geometry`` returns
   None, so the call takes the planned path (row offsets, blocks of table rows) as strided calls do;
-* ``heads at a time`` (``_rows_in_place_kernel``): in place, a work item rotates its block of
-  rows in up to ``_PERIODS_PER_ITEM`` periods of the tables (heads of ``(B, H, T, D)``), so each
-  table row is read once for all of them; off: the same kernel compiled here with one period an
-  item (``_PERIODS_PER_ITEM = 1``);
-* ``prefetch`` (``prefetch_lines`` in ``_rows_kernel`` and ``_rows_in_place_kernel``): on more than
-  one thread each row first prefetches the lines of the row ``_PREFETCH_ROWS`` ahead; off: both
-  kernels compiled here with ``_PREFETCH_ROWS = 0`` (as their serial copies are);
+* ``heads at a time`` (``_rows_kernel``): a work item rotates its block of rows in up to
+  ``_PERIODS_PER_ITEM`` periods of the tables (heads of ``(B, H, T, D)``), so each table row is read
+  once for all of them; off: the same kernel compiled here with one period an item
+  (``_PERIODS_PER_ITEM = 1``);
+* ``prefetch`` (``prefetch_lines`` in ``_rows_kernel``): on more than one thread each row first
+  prefetches the lines of the row ``_PREFETCH_ROWS`` ahead; off: the kernel compiled here with
+  ``_PREFETCH_ROWS = 0`` (as its serial copy is);
 * ``plan cache`` (``_cached_plan``): the row offsets and blocking of a small geometry are kept (the
   model's q and k are strided views of its qkv buffer, which take the planned path); off: every
   call plans afresh;
@@ -71,7 +71,7 @@ def _parallel_only(kernels, use: int, threads: int, *args):
         kernels[0](*args)
 
 
-_KERNELS = ("_rows_kernel", "_rows_kernel_serial", "_rows_in_place_kernel", "_rows_in_place_kernel_serial")
+_KERNELS = ("_rows_kernel", "_rows_kernel_serial")
 
 
 def _switch(mechanism: str, on: bool, saved: dict) -> None:
@@ -81,7 +81,7 @@ def _switch(mechanism: str, on: bool, saved: dict) -> None:
     if not on and mechanism == "memory-order path":
         krope._rows_geometry = lambda *args, **kwargs: None
     if not on and mechanism == "heads at a time":
-        krope._rows_in_place_kernel, krope._rows_in_place_kernel_serial = saved["one period"]
+        krope._rows_kernel, krope._rows_kernel_serial = saved["one period"]
     if not on and mechanism == "prefetch":
         for name, kernel in zip(_KERNELS, saved["no prefetch"]):
             setattr(krope, name, kernel)
@@ -105,6 +105,9 @@ def _cases(rng):
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
         out.append(("heads at a time", f"rope.apply {shape}, out=x", calls,
                     lambda x=x, c=c, s=s: rope.apply(x, c, s, out=x)))
+        if shape[0] > 1 or shape[2] > 128:
+            out.append(("heads at a time", f"rope.apply {shape}, out=y", calls,
+                        lambda x=x, c=c, s=s, y=y: rope.apply(x, c, s, out=y)))
         if shape[0] == 4:
             out.append(("prefetch", f"rope.apply {shape}", calls, lambda x=x, c=c, s=s: rope.apply(x, c, s)))
             out.append(("prefetch", f"rope.apply {shape}, out=y", calls,
@@ -149,9 +152,8 @@ def _cases(rng):
 def main(rounds: int = 11) -> None:
     saved = {"rows": krope._rows_geometry, "plan": krope._cached_plan, "launch": krope._launch,
              "kernels": tuple(getattr(krope, name) for name in _KERNELS),
-             "one period": _recompiled("_rows_in_place_kernel", _PERIODS_PER_ITEM=1),
-             "no prefetch": (*_recompiled("_rows_kernel", _PREFETCH_ROWS=0),
-                             *_recompiled("_rows_in_place_kernel", _PREFETCH_ROWS=0))}
+             "one period": _recompiled("_rows_kernel", _PERIODS_PER_ITEM=1),
+             "no prefetch": _recompiled("_rows_kernel", _PREFETCH_ROWS=0)}
     print("| mechanism | call (float32, layout half) | on (us) | off (us) | saved |\n|---|---|---:|---:|---:|")
     for mechanism, label, calls, fn in _cases(np.random.default_rng(0)):
         times = {True: [], False: []}

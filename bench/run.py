@@ -286,7 +286,7 @@ def mechanisms(quick: bool = False) -> dict:
         "",
         "**RoPE kernel: the memory-order path, several heads at a time in place, the prefetch, the plan cache and "
         "the serial copies, through the public API** (`python bench/rope_machinery.py`: median of a batch of calls "
-        "per round; the memory-order path serves C-contiguous calls (off: they take the planned path); in place it "
+        "per round; the memory-order path serves C-contiguous calls (off: they take the planned path); it "
         "rotates up to eight heads' rows per table row (off: one head an item); on two threads it prefetches "
         "the row six rows ahead (off: no prefetch); the plan cache serves the model's strided q and k "
         "views; a call too small for two threads runs a serial copy of the kernel (off: the parallel kernel with "

@@ -383,8 +383,8 @@ ROW_GEOMETRIES = [
     ((2, 1, 17, 12), (2, 1, 17), 8, (34, 1)),       # size-1 axes of x are skipped
     ((4, 12), (1,), 8, (1, 1)),                     # one table row for every row
     ((5, 12), (), 12, (1, 1)),                      # 1-d tables
-    # items of the in-place kernel: 64 rows of a period in 8 periods at once, or all rows of a
-    # shorter one in as many periods as make 64 rows; the last item of a period or of x may be partial
+    # the kernel's items: 64 rows of a period in 8 periods at once, or all rows of a shorter one in as
+    # many periods as make 64 rows; the last item of a period or of x may be partial
     ((3, 70, 4), (70,), 4, (70, 1)),                # 3 periods of 70 rows: blocks of 64 + 6
     ((11, 70, 4), (70,), 4, (70, 1)),               # 11 periods of 70 rows: groups of 8 + 3
     ((5, 7, 3, 4), (7, 1), 4, (7, 3)),              # 5 periods of 21 rows, 4 to an item

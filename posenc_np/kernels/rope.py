@@ -18,14 +18,14 @@ Two paths. When ``x``, ``out`` and the tables are all C-contiguous and the table
 run of ``x``'s leading axes (``(T, d)`` tables for ``(B, H, T, D)``, ``(T, 1, d)`` for
 ``(B, T, H, D)``: the common case), the *memory-order path* rotates row ``r`` of the flat
 ``(rows, D)`` view with table row ``(r // rep) % table_rows``. The table rows repeat every
-``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and in place each work item rotates a
-block of rows in up to eight such periods at once (eight heads), so that each table row is read
-once for eight rows of ``x``. On more than one thread both loops prefetch the rows they will reach
-a few rows later (a software prefetch: the rotation's table loads and arithmetic leave the hardware
-prefetchers behind a fast L3; the serial copies that small calls run do not). ``prange`` runs over the items: each
-thread streams one contiguous range of ``x`` and ``out``, and first-touches its own pages of a new
-``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what it buys on large
-calls over the planned path).
+``table_rows * rep`` rows (every head of ``(B, H, T, D)``), and each work item rotates a block of
+rows in up to eight such periods at once (eight heads), so that each table row is read once for
+eight rows of ``x``. On more than one thread the loop prefetches the rows it will reach a few rows
+later (a software prefetch: the rotation's table loads and arithmetic leave the hardware
+prefetchers behind a fast L3; the serial copies that small calls run do not). ``prange`` runs over
+the items: each thread streams one contiguous range of ``x`` and ``out``, and first-touches its own
+pages of a new ``out``. It needs no plan (``docs/benchmarks.md``, "Kernel mechanisms", shows what
+it buys on large calls over the planned path).
 
 Any other strides take the *planned path*. ``x``'s leading axes split into *table axes* (where
 ``cos``/``sin`` vary) and *broadcast axes* (where they repeat). The Python wrapper builds the
@@ -77,8 +77,8 @@ _ELEMENTS_PER_THREAD = 1 << 17
 
 # --------------------------------------------------------------------------- kernel
 #
-# The memory-order path is two kernels, _rows_kernel (out of place) and _rows_in_place_kernel: a
-# prange over blocks of rows, _rotate_row inlined once. The planned path has three layers, each
+# The memory-order path is one kernel, _rows_kernel, specialised in place or not (xb is None or not):
+# a prange over blocks of rows, _rotate_row inlined once. The planned path has three layers, each
 # compiled once per dtype:
 #   _rope_kernel   prange over the work items (blocks of rows) of x; holds only a call, which
 #                  keeps Numba's parfor passes cheap (compile 8.2 -> 5.7 s CPU per dtype, measured)
@@ -238,48 +238,20 @@ def _rope_kernel(xb, ob, A, I, meta, n_items, cb, sb, n_pairs, width, interleave
 
 def _rows_kernel(xb, ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
     """Rotate the ``n_rows`` rows of a C-contiguous ``x`` (``width`` channels a row) into ``ob`` in
-    memory order.
+    memory order; ``xb`` None: in place (``ob`` is ``x``; resolved at compile time).
 
-    Row ``r`` takes table row ``(r // rep) % table_rows`` of C-contiguous tables. ``prange`` runs
-    over items of ``_ROWS_PER_ITEM`` consecutive rows, so each thread streams one contiguous range
-    of ``x`` and ``out`` (and first-touches its own pages of a new ``out``); an item divides once
-    for its first table row and then counts (two integer divisions per row cost more than a short
-    row: 3.4x the time at D = 16, measured). Each row first prefetches the lines of row
-    ``r + _PREFETCH_ROWS`` of ``x`` (to read) and of ``out`` (to write), unless that constant is 0
-    (the serial copy, :func:`_parallel_and_serial`). In place, :func:`_rows_in_place_kernel`.
-    """
-    one = ob.dtype.type(1)
-    sign = -one if inverse else one
-    d = 2 * n_pairs
-    step = _PREFETCH_ROWS * width
-    for item in numba.prange((n_rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM):
-        lo = numba.int64(item) * _ROWS_PER_ITEM
-        q = lo // rep
-        j = lo - q * rep  # row lo is repeat j of table row t
-        t = q % table_rows
-        for r in range(lo, min(n_rows, lo + _ROWS_PER_ITEM)):
-            row, t_row = r * width, t * d
-            if _PREFETCH_ROWS and r + _PREFETCH_ROWS < n_rows:
-                prefetch_lines(xb, row + step, width, False)
-                prefetch_lines(ob, row + step, width, True)
-            _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, False)
-            j += 1
-            if j == rep:
-                j = 0
-                t = t + 1 if t + 1 < table_rows else 0
-
-
-def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, interleaved, inverse):
-    """:func:`_rows_kernel` in place (``ob`` is ``x``), several heads at a time.
-
-    The table rows repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of
-    ``(B, H, T, D)`` with ``(T, d)`` tables): view ``x`` as ``(n_rows / P, P)`` rows. A work item
-    takes ``_ROWS_PER_ITEM`` consecutive rows of a period (or all of a shorter one) and rotates them
-    in ``G`` consecutive periods at once, ``G`` = ``_PERIODS_PER_ITEM`` or as many as make
-    ``_ROWS_PER_ITEM`` rows: each table row is read once for ``G`` rows of ``x`` (from L1 after the
-    first), while ``x`` is read in ``G`` sequential streams, each prefetched ``_PREFETCH_ROWS`` rows
-    ahead. Items are ordered so that each thread's range of ``x`` is contiguous. (Out of place the
-    same order ran slower, see ``_PERIODS_PER_ITEM``.)
+    Row ``r`` takes table row ``(r // rep) % table_rows`` of C-contiguous tables, so the table rows
+    repeat with a *period* of ``P = table_rows * rep`` rows (``T`` rows of ``(B, H, T, D)`` with
+    ``(T, d)`` tables): view ``x`` as ``(n_rows / P, P)`` rows. A work item takes ``_ROWS_PER_ITEM``
+    consecutive rows of a period (or all of a shorter one) and rotates them in ``G`` consecutive
+    periods at once, ``G`` = ``_PERIODS_PER_ITEM`` or as many as make ``_ROWS_PER_ITEM`` rows: each
+    table row is read once for ``G`` rows of ``x`` (from L1 after the first), while ``x`` and ``out``
+    are read and written in ``G`` sequential streams, each row prefetched ``_PREFETCH_ROWS`` rows
+    ahead (``x`` to read, ``out`` to write; none when the constant is 0, in the serial copy,
+    :func:`_parallel_and_serial`). Items are ordered so that each thread's range of ``x`` and ``out``
+    is contiguous (it first-touches its own pages of a new ``out``); an item divides once for its
+    first table row and then counts (two integer divisions per row cost more than a short row: 3.4x
+    the time at D = 16, measured).
     """
     one = ob.dtype.type(1)
     sign = -one if inverse else one
@@ -302,8 +274,14 @@ def _rows_in_place_kernel(ob, cb, sb, n_rows, table_rows, rep, n_pairs, width, i
             for p in range(p_lo, p_hi):
                 row = (p * period + r) * width
                 if _PREFETCH_ROWS and row + step < end:  # (the row this stream reaches later, or the next item's)
+                    if xb is not None:
+                        prefetch_lines(xb, row + step, width, False)
                     prefetch_lines(ob, row + step, width, True)
-                _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
+                if xb is None:
+                    _rotate_row(ob, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign, True)
+                else:
+                    _rotate_row(xb, row, 1, ob, row, 1, cb, t_row, sb, t_row, n_pairs, width, interleaved, sign,
+                                False)
             j += 1
             if j == rep:
                 j = 0
@@ -329,15 +307,19 @@ def _parallel_and_serial(kernel):
     return tuple(compiled)
 
 
-# A work item of the memory-order path: 64 rows (64 rows of 128 float32 channels: 32 KiB of x); in
-# place, 64 rows of each of up to 8 periods. Against 2 periods an item, on the 2-core Xeon of
-# docs/benchmarks.md (480 MiB L3; float32, 2 threads, interleaved rounds, % of the in-place scale
-# roofline, no prefetch): (4, 32, 2048, 128) half 68.5 -> 82.2 %, interleaved 54.6 -> 73.9 %;
-# (4, 32, 4096, 128) 65.4 -> 81.7 % and 59.1 -> 83.6 %, with 4 periods in between. On the 2-core AMD
-# EPYC (32 MiB L3) 2, 4 and 8 periods measured the same within the noise (81.7-86.5 / 81.8-88.4 /
-# 77.7-82.7 %). Out of place the same order ran slower ((524288, 128) rows, (4096, 128) tables, caches
-# swept before each call, AMD: 25.3 -> 20.2 and 28.5 -> 25.7 GB/s half, 24.8 -> 22.9 and 28.8 -> 23.9
-# GB/s interleaved), hence the two kernels.
+# A work item of the memory-order path: 64 rows of each of up to 8 periods (64 rows of 128 float32
+# channels: 32 KiB of x a period). Measured on the 2-core Xeon of docs/benchmarks.md (480 MiB L3;
+# float32, 2 threads, one process, interleaved rounds):
+#   in place, against 2 periods an item, no prefetch, % of the in-place scale roofline:
+#   (4, 32, 2048, 128) half 68.5 -> 82.2 %, interleaved 54.6 -> 73.9 %; (4, 32, 4096, 128) 65.4 ->
+#   81.7 % and 59.1 -> 83.6 %, with 4 periods in between;
+#   out of place, against 1 period an item, both prefetching (ms): (4, 8, 1024, 128) half 0.93 ->
+#   0.79, interleaved 1.03 -> 0.90; (4, 16, 2048, 128) 4.92 -> 3.64, 4.99 -> 3.73; (1, 32, 4096,
+#   128) 5.16 -> 3.74, 4.92 -> 3.83 (4 periods measured within 5 % of 8).
+# On the 2-core AMD EPYC (32 MiB L3, no prefetch then) 2, 4 and 8 periods measured the same in place
+# within the noise (81.7-86.5 / 81.8-88.4 / 77.7-82.7 %), and 2 periods ran slower out of place than
+# one with caches swept ((524288, 128) rows, (4096, 128) tables: 25.3 -> 20.2 GB/s half, 24.8 ->
+# 22.9 GB/s interleaved).
 #
 # The parallel kernels prefetch the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8 rows within the noise
 # of each other at 256 and 512 bytes a row, 6 the best or within a point of it in place).
@@ -346,7 +328,6 @@ _PERIODS_PER_ITEM = 8
 _PREFETCH_ROWS = 6
 _rope_kernel, _rope_kernel_serial = _parallel_and_serial(_rope_kernel)
 _rows_kernel, _rows_kernel_serial = _parallel_and_serial(_rows_kernel)
-_rows_in_place_kernel, _rows_in_place_kernel_serial = _parallel_and_serial(_rows_in_place_kernel)
 
 
 # --------------------------------------------------------------------------- planning (Python)
@@ -564,12 +545,9 @@ def _run(x, out, cos, sin, layout: str, inverse: bool) -> np.ndarray:
             sb = cb if sin is cos else _typed_writeable(sin.reshape(-1))
             n_rows = x.size // x.shape[-1]
             # in place: x itself, or another view of exactly its memory (a new array never is)
-            if target is x or (target is out and np.may_share_memory(x, target) and _same_view(x, target)):
-                _launch((_rows_in_place_kernel, _rows_in_place_kernel_serial), use, threads, target.reshape(-1), cb,
-                        sb, n_rows, *rows, *rest)
-            else:
-                _launch((_rows_kernel, _rows_kernel_serial), use, threads, _typed_writeable(x.reshape(-1)),
-                        target.reshape(-1), cb, sb, n_rows, *rows, *rest)
+            in_place = target is x or (target is out and np.may_share_memory(x, target) and _same_view(x, target))
+            _launch((_rows_kernel, _rows_kernel_serial), use, threads, None if in_place else
+                    _typed_writeable(x.reshape(-1)), target.reshape(-1), cb, sb, n_rows, *rows, *rest)
         else:
             _launch((_rope_kernel, _rope_kernel_serial), use, threads, *_planned(x, target, cos, sin, use), *rest)
     if target is not result:
