@@ -1,5 +1,6 @@
 """Numba settings shared by every kernel in :mod:`posenc_np.kernels` (RoPE, ALiBi attention, the
-model's fused layers), and the vectorisable ``exp`` and maximum they share: one place decides how
+model's fused layers), the vectorisable ``exp`` and maximum they share, and a software prefetch
+(:func:`prefetch_lines`, used by the RoPE kernel): one place decides how
 kernels are compiled (:func:`njit_kernel`), cached (:func:`cache_dir`) and launched (:func:`launch_guard`,
 :class:`blas_single_thread`).
 
