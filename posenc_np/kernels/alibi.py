@@ -276,7 +276,7 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
         splits = _key_splits(key_splits, work, k_len, min(q_len, BLOCK_Q))
         sc, ninf = compute.type(scale), compute.type(-np.inf)
         blas = blas_single_thread() if q_len > SMALL_Q else contextlib.nullcontext()
-        kt = _transposed(k3 if q_len > SMALL_Q else k3[:, :0])
+        kt = _transposed(k3 if q_len > SMALL_Q else k3[:, :0])  # (empty: small query tiles use the keys as stored)
         with launch_guard(), blas, _threads_for(work * splits):
             if q_len > SMALL_Q:
                 _transpose_tiles(k3, kt)

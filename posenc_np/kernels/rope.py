@@ -321,8 +321,9 @@ def _parallel_and_serial(kernel):
 # one with caches swept ((524288, 128) rows, (4096, 128) tables: 25.3 -> 20.2 GB/s half, 24.8 ->
 # 22.9 GB/s interleaved).
 #
-# The parallel kernels prefetch the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8 rows within the noise
-# of each other at 256 and 512 bytes a row, 6 the best or within a point of it in place).
+# The parallel memory-order kernel prefetches the row _PREFETCH_ROWS rows ahead (Xeon: 4 to 8 rows
+# within the noise of each other at 256 and 512 bytes a row, 6 the best or within a point of it in
+# place).
 _ROWS_PER_ITEM = 64
 _PERIODS_PER_ITEM = 8
 _PREFETCH_ROWS = 6
