@@ -1,23 +1,30 @@
 """What each mechanism of the fused ALiBi kernels buys, per 64 x 64 tile: an interleaved A/B in one process.
 
 ``python bench/alibi_mechanisms.py [ROUNDS]``. Each forward tile step (``posenc_np/kernels/alibi.py``,
-``_attend_range``) forms ``S = Q_a K_b^T`` (BLAS), turns ``S`` into ``P~`` (scale, bias, row
-maximum, exponentials), forms ``P~ V_b`` (BLAS) and rescales the accumulator. The mechanisms
-kept in the forward, each timed on one thread against what it replaced, on float32 64 x 64
-tiles with d = 64 (the kernel's tiles), ``calls`` repetitions inside one compiled loop:
+``_attend_range``) forms the transposed scores ``S^T = K_b Q_a^T`` (BLAS, the query tile transposed
+once per work item), turns them into ``P~^T`` along key rows with the queries as vector lanes
+(``_fwd_scores_t``: scale, bias, running maxima and sums as elementwise updates, exponentials),
+forms ``P~ V_b`` as ``(P~^T)^T V_b`` (BLAS) and rescales the accumulator. The mechanisms kept in
+the forward, each timed on one thread against what it replaced, on float32 64 x 64 tiles with
+d = 64 (the kernel's tiles), ``calls`` repetitions inside one compiled loop:
 
-* ``transposed key tiles``: ``Q_a K_b^T`` as ``np.dot(q, kt)`` with ``kt`` a C-contiguous
-  ``(d, 64)`` tile of the once-transposed keys (``_transpose_tiles``), against
-  ``np.dot(q, k.T)`` on a transposed view (what BLAS gets as a "T" operand);
-* ``order-key row maxima``: the score loop (scale, bias, store, row maximum, NaN test; the first
-  loop of ``_fwd_scores``) with each row's maximum taken as the integer maximum of order keys
+* ``transposed score tiles``: the library's step (``_attend_range`` over :data:`TILES` key tiles
+  of one query tile, per tile) against the row form it replaced: ``S = Q_a K_b^T`` on a stored
+  transposed key tile, ``_fwd_scores`` (row maxima as order keys, see below), ``np.dot(s, v)``
+  and the same rescaling. The row form also needed the keys transposed once per call (a pass
+  over ``k`` into a new array, not timed here: the whole calls on ``docs/benchmarks.md`` are);
+* ``transposed query tile``: ``K_b Q_a^T`` as ``np.dot(k, qt)`` with ``qt`` the query tile
+  transposed into a C-contiguous ``(d, 64)`` array, against ``np.dot(k, q.T)`` on a transposed
+  view (what BLAS gets as a "T" operand);
+* ``order-key row maxima``, in the row form that query tiles of at most ``SMALL_Q`` rows
+  (decoding) keep: the score loop (scale, bias, store, row maximum, NaN test; the first loop of
+  ``_fwd_scores``) with each row's maximum taken as the integer maximum of order keys
   (``kernels._numba.order_key``), against the float ``m = x if x > m else m`` reduction, which
   LLVM keeps scalar without fast-math's ``nnan``, and with it the whole loop;
 * ``vectorisable exp``: ``kernels._numba.exp`` over a tile (a float32 polynomial that LLVM
   vectorises), against ``math.exp``, which Numba compiles to one call of the C library's ``expf``
   per element (no vectorised math library here);
-* and, for scale, ``P~ V_b`` (``np.dot(p, v)``) and the whole library tile step
-  (``_attend_range`` over one key tile) as they are.
+* and, for scale, ``P~ V_b`` (``np.dot(p.T, v)``) and the whole library tile step as it is.
 
 The backward's tile step (``_dkdv_tile`` and the ``dQ`` product of ``_backward_one_pass_kernel``:
 five products, the score loop, three accumulations) takes its two products with a transpose,
@@ -36,7 +43,7 @@ cache is most of the call (:data:`CONVERSION_CALLS`).
 A third times the small-query path of the same kernels on whole float32 calls, one thread: a
 query tile of at most ``SMALL_Q`` rows (decoding) forms its two products with plain loops
 (``_small_qkt``, ``_small_pv``) on the keys as stored, against the kernels compiled here with
-``SMALL_Q = 0``, where every tile takes the BLAS products on transposed key tiles
+``SMALL_Q = 0``, where every tile takes the BLAS products on transposed score tiles
 (:data:`SMALL_QUERY_CALLS`).
 """
 
@@ -64,16 +71,25 @@ _loop = njit_kernel(parallel=False, cache=False)
 CALLS = 4000
 
 
-@_loop
-def _dot_view(q, k, s, calls):
-    for _ in range(calls):
-        np.dot(q, k.T, s)
+TILES = 16  # key tiles per query tile in the tile-step rows (an average item at T = 2048 has 16.5)
 
 
 @_loop
-def _dot_tile(q, kt, s, calls):
+def _dot_view(k, q, s, calls):
     for _ in range(calls):
-        np.dot(q, kt, s)
+        np.dot(k, q.T, s)
+
+
+@_loop
+def _dot_tile(k, qt, s, calls):
+    for _ in range(calls):
+        np.dot(k, qt, s)
+
+
+@_loop
+def _dot_view_first(pt, v, s, calls):
+    for _ in range(calls):
+        np.dot(pt.T, v, s)
 
 
 @_loop
@@ -126,13 +142,29 @@ def _exp_math(s, out, calls):
 
 
 @_loop
-def _tile_step(q, k, kt, v, acc, row_max, row_sum, alpha, pv, s_buf, calls):
+def _tile_step(q, k, v, acc, row_max, row_sum, calls):
     ninf = np.float32(-np.inf)
     for _ in range(calls):
         row_max[:] = ninf
         row_sum[:] = 0
-        kalibi._attend_range(q, k, kt, v, 10_000, 0, 64, True, np.float32(-0.0625), np.float32(0.125), ninf,
-                             acc, row_max, row_sum, alpha, pv, s_buf)
+        kalibi._attend_range(q, k, v, 10_000, 0, k.shape[0], True, np.float32(-0.0625), np.float32(0.125), ninf,
+                             acc, row_max, row_sum)
+
+
+@_loop
+def _row_tile_step(q, kt, v, acc, row_max, row_sum, alpha, pv, s, calls):
+    """The row form the library replaced: ``S = Q_a K_b^T`` on stored transposed key tiles."""
+    ninf = np.float32(-np.inf)
+    d = q.shape[1]
+    for _ in range(calls):
+        row_max[:] = ninf
+        row_sum[:] = 0
+        for j0 in range(0, v.shape[0], 64):
+            np.dot(q, kt[j0 * d:(j0 + 64) * d].reshape((d, 64)), s)
+            kalibi._fwd_scores(s, 10_000, j0, True, np.float32(-0.0625), np.float32(0.125), ninf, row_max, row_sum,
+                               alpha)
+            np.dot(s, v[j0:j0 + 64], pv)
+            kalibi._rescale_add(acc, alpha, pv)
 
 
 @_loop
@@ -149,27 +181,32 @@ def measure(rounds: int = 11) -> dict:
     rng = np.random.default_rng(0)
     f = np.float32
     q, k, v = (rng.standard_normal((64, 64)).astype(f) for _ in range(3))
-    kt = np.ascontiguousarray(k.T)
+    qt = np.ascontiguousarray(q.T)
     s = np.empty((64, 64), f)
     scores = (q @ k.T * f(0.125)).astype(f)
     tile_out = np.empty((64, 64), f)
     row = np.empty(64, f)
-    state = [np.zeros((64, 64), f), np.empty(64, f), np.empty(64, f), np.empty(64, f), np.empty((64, 64), f),
-             np.empty(64 * 64, f)]
+    keys, values = (rng.standard_normal((64 * TILES, 64)).astype(f) for _ in range(2))
+    keys_t = np.empty((1, keys.size), f)
+    kalibi._transpose_tiles(keys[None], keys_t)
+    state = [np.zeros((64, 64), f), np.empty(64, f), np.empty(64, f)]
+    row_state = state + [np.empty(64, f), np.empty((64, 64), f), np.empty((64, 64), f)]
+    steps = CALLS // TILES
     do = rng.standard_normal((64, 64)).astype(f)
     qt, dot = np.ascontiguousarray(q.T), np.ascontiguousarray(do.T)
     lse = np.full(64, 10.0, f)  # P = exp(S - lse) small: the values stay finite over the calls
     bstate = [lse, np.zeros(64, f), *(np.empty(64 * 64, f) for _ in range(2)),
               *(np.empty((64, 64), f) for _ in range(3)), *(np.zeros((64, 64), f) for _ in range(3))]
     variants = {
-        "QK^T, transposed view": lambda: _dot_view(q, k, s, CALLS),
-        "QK^T, transposed key tile": lambda: _dot_tile(q, kt, s, CALLS),
+        "K_bQ_a^T, transposed view": lambda: _dot_view(k, q, s, CALLS),
+        "K_bQ_a^T, transposed query tile": lambda: _dot_tile(k, qt, s, CALLS),
         "score loop, float maximum": lambda: _scores_float_max(scores, s, row, CALLS),
         "score loop, order-key maximum": lambda: _scores_key_max(scores, s, row, CALLS),
         "exp, math.exp": lambda: _exp_math(scores, tile_out, CALLS),
         "exp, kernels._numba.exp": lambda: _exp_f32(scores, tile_out, CALLS),
-        "P~V": lambda: _dot_tile(scores, v, s, CALLS),
-        "library tile step": lambda: _tile_step(q, k, kt, v, *state, CALLS),
+        "P~V": lambda: _dot_view_first(scores, v, s, CALLS),
+        "row-form tile step": lambda: _row_tile_step(q, keys_t[0], values, *row_state, steps),
+        "library tile step": lambda: _tile_step(q, keys, values, *state, steps),
         "backward step, transposed views": lambda: _backward_step(q, q.T, do, do.T, k, v, *bstate, CALLS),
         "backward step, transposed tiles": lambda: _backward_step(q, qt, do, dot, k, v, *bstate, CALLS),
     }
@@ -182,7 +219,7 @@ def measure(rounds: int = 11) -> dict:
             for name, fn in (order if r % 2 == 0 else order[::-1]):
                 t0 = time.perf_counter()
                 fn()
-                times[name].append((time.perf_counter() - t0) / CALLS)
+                times[name].append((time.perf_counter() - t0) / (steps * TILES if "tile step" in name else CALLS))
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -244,7 +281,7 @@ SMALL_QUERY_CALLS = (
     ("decoding, 1 query of 8 heads against 4096 cached keys", (1, 8, 1, 64), (1, 8, 4096, 64), 4095),
     ("decoding, 1 query of 8 heads against 65536 cached keys", (1, 8, 1, 64), (1, 8, 65536, 64), 65535),
     ("4 queries of 8 heads against 8192 cached keys", (1, 8, 4, 64), (1, 8, 8192, 64), 8188),
-    ("16 queries (SMALL_Q) of 8 heads against 8192 cached keys", (1, 8, 16, 64), (1, 8, 8192, 64), 8176),
+    ("7 queries (SMALL_Q) of 8 heads against 8192 cached keys", (1, 8, 7, 64), (1, 8, 8192, 64), 8185),
 )
 
 
@@ -286,8 +323,9 @@ def small_queries(rounds: int = 11) -> dict:
 
 def markdown(us: dict) -> str:
     step = us["library tile step"]
-    rows = [("transposed key tiles", "QK^T, transposed view", "QK^T, transposed key tile"),
-            ("order-key row maxima", "score loop, float maximum", "score loop, order-key maximum"),
+    rows = [("transposed score tiles", "row-form tile step", "library tile step"),
+            ("transposed query tile", "K_bQ_a^T, transposed view", "K_bQ_a^T, transposed query tile"),
+            ("order-key row maxima (row form: decoding)", "score loop, float maximum", "score loop, order-key maximum"),
             ("vectorisable exp", "exp, math.exp", "exp, kernels._numba.exp")]
     lines = ["| mechanism | without (us per tile) | with (us per tile) | saved per tile, % of the library tile step |",
              "|---|---:|---:|---:|"]
@@ -298,7 +336,8 @@ def markdown(us: dict) -> str:
     lines.append(f"| transposed Q and dO tiles (backward) | {1e6 * off:.2f} | {1e6 * on:.2f} | "
                  f"{100 * (off - on) / on:.0f} % of the backward tile step |")
     lines += ["", f"For scale: `P~ V_b` {1e6 * us['P~V']:.2f} us, the library's whole tile step (both products, "
-                  f"scores, exponentials, rescaling) {1e6 * step:.2f} us, its backward tile step (five products, "
+                  f"scores, exponentials, rescaling; {TILES} key tiles of one query tile, per tile) {1e6 * step:.2f} us, "
+                  "its backward tile step (five products, "
                   f"the score loop, three accumulations) {1e6 * on:.2f} us (one thread, float32, 64 x 64 tiles, "
                   "d = 64)."]
     return "\n".join(lines)

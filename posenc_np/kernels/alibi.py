@@ -38,11 +38,16 @@ group's gradients.
 
 Numerics and speed (``docs/alibi.md``, ``docs/benchmarks.md``): tile products are BLAS ``np.dot``
 with BLAS held to one thread (:class:`~posenc_np.kernels._numba.blas_single_thread`: no
-oversubscription under ``prange``); the forward's :math:`Q_a K_b^\top` multiplies C-contiguous
-tiles of a once-transposed copy of the keys (:func:`_transpose_tiles`; the backward's products
-with a transpose likewise take transposed tiles of Q, dO, K and V), and its row maxima
-are integer maxima of order keys (:func:`~posenc_np.kernels._numba.order_key`), so that the
-score loop vectorises; the exponential is the vectorisable polynomial
+oversubscription under ``prange``). The forward forms each tile of scores transposed,
+:math:`S_{ab}^\top = K_b Q_a^\top` (the key rows as stored, the query tile transposed once per
+work item), so that its online softmax runs along key rows with the queries as vector lanes: the
+running maxima and sums are elementwise updates, no horizontal reduction (:func:`_fwd_scores_t`),
+and :math:`\tilde P V_b` is BLAS's product with a transposed first operand; it copies no input.
+The backward's products with a transpose take stored transposed tiles of Q and dO (and K and V
+in the two-pass backward, :func:`_transpose_tiles`). Small query tiles (decoding) keep the row
+form, whose row maxima are integer maxima of order keys
+(:func:`~posenc_np.kernels._numba.order_key`), so that the score loop vectorises along the keys.
+The exponential is the vectorisable polynomial
 :func:`posenc_np.kernels._numba.exp` (within 0.91-2.0 ulp; ``math.exp`` stays a scalar libm call,
 1.33-1.48x slower), and every inner loop avoids float -> int64 conversions (no AVX2 instruction;
 they kept the loops scalar). float32 and float64 inputs compute and accumulate in their dtype;
@@ -56,8 +61,7 @@ a kept pair makes its row NaN (``lse`` NaN or ``+inf``, so the backward's ``P`` 
 reference's is), ``-inf`` logits count as masked. Non-finite inputs at *masked* pairs leak NaN
 everywhere in the reference (``0 * nan``) but only within the diagonal tile here, since skipped
 tiles are never read. Memory: a few ``BLOCK_Q x BLOCK_K`` tiles per work item besides the outputs,
-and tile-transposed copies of the inputs the tile products take transposed (the forward's K; the
-backward's Q and dO, and K and V in the two-pass backward).
+and in the backward tile-transposed copies of Q and dO (and K and V in the two-pass backward).
 """
 
 from __future__ import annotations
@@ -86,13 +90,12 @@ BLOCK_Q = 64
 BLOCK_K = 64
 
 #: Forward query tiles of at most this many rows (decoding) form their tile products with loops, not
-#: ``np.dot``, and then skip the key transposition and the BLAS thread limit (~50 us a call). Measured
-#: against BLAS for every tile (d = 64, 1 and 2 threads, 1 and 8 heads, 4096-65536 keys): one query
-#: 63-79 % less time, 4 queries 45 %, 8 queries -10 to +31 %, 12 queries -47 to +20 %, 16 queries
-#: -48 to +4 %. The large losses are single-head calls, mostly on one thread; with 8 heads the loops
-#: win or tie up to 12 queries and are within -14 to +4 % at 16. So 16 is at the crossover for 8 heads
-#: and past it for one.
-SMALL_Q = 16
+#: ``np.dot``, and then skip the BLAS thread limit (~50 us a call). Measured against BLAS for every
+#: tile (transposed score tiles; causal, d = 64, 1 and 2 threads, 1 and 8 heads, 4096 and 16384
+#: keys, 7 alternating rounds): the loops take 0.70-0.90x the time for one query, 0.72-0.95x for
+#: 4, 0.75-0.94x for 5 to 7, and 0.99-1.45x for 8 (BLAS ahead but for one tie), 1.09-1.47x for 12,
+#: 1.29-2.05x for 16.
+SMALL_Q = 7
 
 #: Least query-key products of a flash-decoding key range (``key_splits=None``): a range of a tile
 #: of ``r`` queries has at least ``MIN_SPLIT_PRODUCTS / r`` keys (one head, d = 64, 2 threads: one
@@ -276,10 +279,7 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
         splits = _key_splits(key_splits, work, k_len, min(q_len, BLOCK_Q))
         sc, ninf = compute.type(scale), compute.type(-np.inf)
         blas = blas_single_thread() if q_len > SMALL_Q else contextlib.nullcontext()
-        kt = _transposed(k3 if q_len > SMALL_Q else k3[:, :0])  # (empty: small query tiles use the keys as stored)
         with launch_guard(), blas, _threads_for(work * splits):
-            if q_len > SMALL_Q:
-                _transpose_tiles(k3, kt)
             rows = q_len if splits > 1 else 0  # one key range writes no partial state
             part_acc = np.empty((n_items, splits, rows, dv), dtype=compute)
             part_m = np.empty((n_items, splits, rows), dtype=compute)
@@ -287,7 +287,7 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
             # decided here: get_num_threads() inside a kernel stops Numba caching it; with one
             # range there is nothing to combine, and no second parallel region is started
             parallel_combine = splits > 1 and work >= 2 * numba.get_num_threads()
-            _forward_kernel(q3, k3, kt, v3, mneg, group, causal, sc, query_offset, ninf, splits, part_acc, part_m,
+            _forward_kernel(q3, k3, v3, mneg, group, causal, sc, query_offset, ninf, splits, part_acc, part_m,
                             part_l, out, lse, parallel_combine)
     return _to_io(out, io).reshape(lead + (q_len, dv)), lse.reshape(lead + (q_len,))
 
@@ -506,6 +506,55 @@ def _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha):
 
 
 @_helper
+def _fwd_scores_t(st, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha, ref, nan_seen, apos):
+    """:func:`_fwd_scores` on the transposed tile: ``st`` (K_b Q_a^T; key ``b`` at ``j0 + b``, query ``a``
+    at ``pos0 + a``) becomes P~^T in place. The maxima, sums and rescale factors of the queries are
+    elementwise updates along a key row, so every loop vectorises over the queries with no
+    horizontal reduction (a float maximum, no order keys: nothing is reordered), and a masked score
+    is ``-inf``, whose exponential is 0. ``ref``, ``nan_seen``: scratch of one entry per query;
+    ``apos[a] = a``. The logits are the same bits as :func:`_fwd_scores`' (the same exact distance
+    as a float, the same operations).
+    """
+    bk, bq = st.shape
+    ft = st.dtype.type
+    for a in range(bq):
+        ref[a] = row_max[a]
+        nan_seen[a] = row_max[a] != row_max[a]
+    for b in range(bk):
+        base = ft(pos0 - j0 - b)  # q - k = base + a (exact: check_exact_distances)
+        strow = st[b]
+        if causal:
+            for a in range(bq):
+                dist = base + apos[a]
+                x = strow[a] * scale + m * dist
+                x = x if dist >= 0 else ninf  # a later key: masked
+                strow[a] = x
+                ref[a] = x if x > ref[a] else ref[a]
+                nan_seen[a] |= x != x
+        else:
+            for a in range(bq):
+                x = strow[a] * scale + m * abs(base + apos[a])
+                strow[a] = x
+                ref[a] = x if x > ref[a] else ref[a]
+                nan_seen[a] |= x != x
+    nan = ninf - ninf
+    for a in range(bq):
+        mx = nan if nan_seen[a] else ref[a]  # a NaN logit makes the whole row NaN, as in the reference
+        # nothing kept yet (or only -inf logits): subtract 0 (e^-inf = 0), state unchanged
+        al = ft(1) if mx == ninf else exp(row_max[a] - mx)
+        ref[a] = ft(0) if mx == ninf else mx
+        alpha[a] = al
+        row_sum[a] *= al
+        row_max[a] = mx
+    for b in range(bk):
+        strow = st[b]
+        for a in range(bq):
+            p = exp(strow[a] - ref[a])
+            strow[a] = p
+            row_sum[a] += p
+
+
+@_helper
 def _rescale_add(acc, alpha, pv):
     """``acc = alpha[:, None] * acc + pv``."""
     for a in range(acc.shape[0]):
@@ -640,28 +689,41 @@ def _small_pv(s, v_n, j0, pv):
 
 
 @_helper
-def _attend_range(q_a, k_n, kt_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, row_max, row_sum, alpha, pv,
-                  s_buf):
+def _attend_range(q_a, k_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, row_max, row_sum):
     """Online softmax of query tile ``q_a`` (query ``a`` at position ``pos0 + a``) over keys
     ``j_lo <= j < j_hi``, tile by tile: updates the unnormalised output ``acc`` and the running
-    ``row_max``/``row_sum`` in place (FlashAttention-2 forward). ``kt_n`` holds the same keys as
-    ``k_n``, each key tile transposed (:func:`_transpose_tiles`), for the BLAS products; they
-    take a stored tile whole, also when ``j_hi`` ends inside it (causal: the keys past ``j_hi`` are
-    masked for every query of the tile, and their scores become 0)."""
+    ``row_max``/``row_sum`` in place (FlashAttention-2 forward).
+
+    A tile of more than :data:`SMALL_Q` queries forms the transposed scores ``S^T = K_b Q_a^T``
+    (BLAS, on the key rows as stored and the query tile transposed once here), turns them into
+    ``P~^T`` (:func:`_fwd_scores_t`) and multiplies ``P~ V_b`` as ``(P~^T)^T V_b``; one of
+    fewer queries (decoding) forms ``S`` with loops and takes the row form (:func:`_fwd_scores`).
+    64 x 64 x 64 float32 products, one thread: ``K_b Q_a^T`` 3.7 us with both operands C-contiguous
+    (5.6 us with ``Q_a^T`` a view, which BLAS takes as a "T" operand), ``(P~^T)^T V_b`` 3.3 us.
+    """
     bq, d = q_a.shape
-    k_len = k_n.shape[0]
+    dt = acc.dtype
+    alpha = np.empty(bq, dt)
+    pv = np.empty((bq, acc.shape[1]), dt)
+    s_buf = np.empty(bq * BLOCK_K, dt)
+    small = bq <= SMALL_Q
+    qt_a = np.empty((0 if small else d, bq), dt)
+    _transpose_into(q_a, qt_a)
+    ref = np.empty(bq, dt)
+    nan_seen = np.empty(bq, np.bool_)
+    apos = np.arange(bq).astype(dt)
     for j0 in range(j_lo, j_hi, BLOCK_K):
-        bk = min(BLOCK_K, j_hi - j0) if bq <= SMALL_Q else min(BLOCK_K, k_len - j0)
-        s = s_buf[: bq * bk].reshape((bq, bk))
-        if bq <= SMALL_Q:
+        bk = min(BLOCK_K, j_hi - j0)
+        if small:
+            s = s_buf[: bq * bk].reshape((bq, bk))
             _small_qkt(q_a, k_n, j0, s)
-        else:
-            np.dot(q_a, _tile(kt_n, j0, j0 + bk, d), s)
-        _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha)
-        if bq <= SMALL_Q:
+            _fwd_scores(s, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha)
             _small_pv(s, v_n, j0, pv)
         else:
-            np.dot(s, v_n[j0:j0 + bk], pv)
+            st = s_buf[: bk * bq].reshape((bk, bq))
+            np.dot(k_n[j0:j0 + bk], qt_a, st)
+            _fwd_scores_t(st, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha, ref, nan_seen, apos)
+            np.dot(st.T, v_n[j0:j0 + bk], pv)
         _rescale_add(acc, alpha, pv)
 
 
@@ -686,23 +748,28 @@ def _key_end(i1, off, k_len, causal):
     return min(k_len, max(0, i1 + off)) if causal else k_len
 
 
+@_helper
+def _transpose_into(x, xt):
+    """``xt = x.T`` for C-contiguous ``x`` ``(r, c)`` and ``xt`` ``(c, r)`` (``xt`` of zero rows: nothing)."""
+    for c in range(xt.shape[0]):
+        for r in range(xt.shape[1]):
+            xt[c, r] = x[r, c]
+
+
 @njit_kernel()
 def _transpose_tiles(x, xt):
     """``xt[h, j0 d:(j0 + b) d]`` = tile ``x[h, j0:j0 + b]`` transposed, ``(d, b)`` in C order, for every
-    tile of :data:`BLOCK_K` (= :data:`BLOCK_Q`) rows: a product with a tile's transpose (the forward's
-    ``Q_a K_b^T``, the backward's ``K_b Q_a^T`` and ``V_b dO_a^T``) is then a plain product of two
-    C-contiguous tiles (64 x 64 x 64 float32, one thread: 4.8 us against 7.0 us with the transpose as
-    a view, which BLAS takes as a "T" operand)."""
+    tile of :data:`BLOCK_K` (= :data:`BLOCK_Q`) rows: a product with a tile's transpose (the
+    backward's ``K_b Q_a^T``, ``V_b dO_a^T``, ``Q_a K_b^T`` and ``dO_a V_b^T``) is then a plain
+    product of two C-contiguous tiles (64 x 64 x 64 float32, one thread: 3.7 us against 5.6 us with
+    the transpose as a view, which BLAS takes as a "T" operand)."""
     n, rows, d = x.shape
     n_t = (rows + BLOCK_K - 1) // BLOCK_K
     for item in prange(n * n_t):
         h = item // n_t
         j0 = (item % n_t) * BLOCK_K
         b = min(BLOCK_K, rows - j0)
-        tile = xt[h, j0 * d:(j0 + b) * d].reshape((d, b))
-        for r in range(b):
-            for c in range(d):
-                tile[c, r] = x[h, j0 + r, c]
+        _transpose_into(x[h, j0:j0 + b], xt[h, j0 * d:(j0 + b) * d].reshape((d, b)))
 
 
 @_helper
@@ -712,7 +779,7 @@ def _tile(xt_n, i0, i1, d):
 
 
 @njit_kernel()
-def _forward_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out, lse,
+def _forward_kernel(q, k, v, mneg, group, causal, scale, off, ninf, splits, part_acc, part_m, part_l, out, lse,
                     parallel_combine):
     """Every (head, query tile) item, query tiles in :func:`_zigzag` order, its keys in ``splits``
     ranges of whole key tiles, one work item per range. One range: the item writes its rows.
@@ -742,9 +809,8 @@ def _forward_kernel(q, k, kt, v, mneg, group, causal, scale, off, ninf, splits, 
         acc = np.zeros((bq, d_v), out.dtype)  # unnormalised output rows
         row_max = np.full(bq, ninf)
         row_sum = np.zeros(bq, out.dtype)
-        _attend_range(q[n][i0:i1], k[n // group], kt[n // group], v[n // group], i0 + off, j_lo, j_hi, causal,
-                      mneg[n], scale, ninf, acc, row_max, row_sum, np.empty(bq, out.dtype),
-                      np.empty((bq, d_v), out.dtype), np.empty(bq * BLOCK_K, out.dtype))
+        _attend_range(q[n][i0:i1], k[n // group], v[n // group], i0 + off, j_lo, j_hi, causal, mneg[n], scale, ninf,
+                      acc, row_max, row_sum)
         if splits == 1:
             _finish_rows(acc, row_max, row_sum, out[n][i0:i1], lse[n][i0:i1], ninf)
         else:
