@@ -28,8 +28,9 @@ d = 64 (the kernel's tiles), ``calls`` repetitions inside one compiled loop:
 
 The backward's tile step (``_dkdv_tile`` and the ``dQ`` product of ``_backward_one_pass_kernel``:
 five products, the score loop, three accumulations) takes its two products with a transpose,
-``K_b Q_a^T`` and ``V_b dO_a^T``, on stored transposed tiles of ``Q`` and ``dO``
-(``_transpose_tiles``); without: the same step handed transposed views ``Q_a^T``, ``dO_a^T``.
+``K_b Q_a^T`` and ``V_b dO_a^T``, on C-contiguous transposed tiles of ``Q`` and ``dO`` (the
+one-pass backward transposes each query tile once into tile buffers, the two-pass backward stores
+tile-transposed copies); without: the same step handed transposed views ``Q_a^T``, ``dO_a^T``.
 
 Rounds alternate the order of the variants; the table gives the median over rounds of each
 variant's time per call (microseconds), and what the mechanism saves of the whole tile step.

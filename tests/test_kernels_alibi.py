@@ -426,8 +426,8 @@ def test_never_allocates_a_score_matrix():
     m = paper_slopes(heads)
     fused(q[..., :70, :], k[..., :70, :], v[..., :70, :], m, True, do[..., :70, :])  # compile outside
     one_matrix = 4 * t * t  # a single (q_len, k_len) float32 matrix: 4 MiB
-    outputs = q.nbytes  # 128 KiB: out (forward: it copies no input); dq, dk, dv and the transposed q, dO
-    #                     (and k, v: two heads take the two-pass backward) (backward)
+    outputs = q.nbytes  # 128 KiB: out (forward: it copies no input); dq, dk, dv and, since two heads
+    #                     take the two-pass backward, the transposed q, dO, k and v (backward)
     slack = 256 * 1024  # 64x64 tiles (16 KiB each) per thread, lse, small arrays
     for causal in (True, False):
         tracemalloc.start()
@@ -442,6 +442,18 @@ def test_never_allocates_a_score_matrix():
             tracemalloc.stop()
         assert fwd_peak <= outputs + slack <= one_matrix / 8, fwd_peak
         assert bwd_peak - start <= 7 * outputs + slack < one_matrix / 2, bwd_peak - start
+    # the one-pass backward copies no input either: dq, dk, dv and tile buffers (its copies of q and
+    # dO, 2 * outputs, would not fit)
+    small = (x[..., :70, :] for x in (do, q, k, v, out))
+    kalibi.alibi_attention_backward(*small, lse[..., :70], m, causal=True, scale=0.2, method="one-pass")  # compile
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        kalibi.alibi_attention_backward(do, q, k, v, out, lse, m, causal=True, scale=0.2, method="one-pass")
+        _, one_pass_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert one_pass_peak - start <= 3 * outputs + slack // 2, one_pass_peak - start
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])

@@ -43,8 +43,9 @@ oversubscription under ``prange``). The forward forms each tile of scores transp
 work item), so that its online softmax runs along key rows with the queries as vector lanes: the
 running maxima and sums are elementwise updates, no horizontal reduction (:func:`_fwd_scores_t`),
 and :math:`\tilde P V_b` is BLAS's product with a transposed first operand; it copies no input.
-The backward's products with a transpose take stored transposed tiles of Q and dO (and K and V
-in the two-pass backward, :func:`_transpose_tiles`). Small query tiles (decoding) keep the row
+The backward's products with a transpose take C-contiguous transposed tiles: the one-pass
+backward transposes each query tile of Q and dO once into tile buffers (it copies no input), the
+two-pass backward stores tile-transposed copies of Q, dO, K and V (:func:`_transpose_tiles`). Small query tiles (decoding) keep the row
 form, whose row maxima are integer maxima of order keys
 (:func:`~posenc_np.kernels._numba.order_key`), so that the score loop vectorises along the keys.
 The exponential is the vectorisable polynomial
@@ -61,7 +62,7 @@ a kept pair makes its row NaN (``lse`` NaN or ``+inf``, so the backward's ``P`` 
 reference's is), ``-inf`` logits count as masked. Non-finite inputs at *masked* pairs leak NaN
 everywhere in the reference (``0 * nan``) but only within the diagonal tile here, since skipped
 tiles are never read. Memory: a few ``BLOCK_Q x BLOCK_K`` tiles per work item besides the outputs,
-and in the backward tile-transposed copies of Q and dO (and K and V in the two-pass backward).
+and in the two-pass backward tile-transposed copies of Q, dO, K and V.
 """
 
 from __future__ import annotations
@@ -359,17 +360,16 @@ def fused_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray
         if method == "auto":
             threads = numba.get_num_threads()
             method = "one-pass" if threads == 1 or n_kv >= 2 * threads else "two-pass"
-        qt, dot = _transposed(q3), _transposed(do3)  # the products with a transpose take stored tiles
         with launch_guard(), blas_single_thread():
-            with _threads_for(n_items * -(-q_len // BLOCK_Q)):
-                _transpose_tiles(q3, qt)
-                _transpose_tiles(do3, dot)
             if method == "one-pass":
                 with _threads_for(n_kv):
-                    _backward_one_pass_kernel(q3, qt, k3, v3, do3, dot, o3, lse2, mneg, group, causal, sc, off, ninf,
-                                              dq, dk, dv, delta)
-            else:
-                kt, vt = _transposed(k3), _transposed(v3)
+                    _backward_one_pass_kernel(q3, k3, v3, do3, o3, lse2, mneg, group, causal, sc, off, ninf, dq, dk,
+                                              dv, delta)
+            else:  # the products with a transpose take stored tiles
+                qt, dot, kt, vt = _transposed(q3), _transposed(do3), _transposed(k3), _transposed(v3)
+                with _threads_for(n_items * -(-q_len // BLOCK_Q)):
+                    _transpose_tiles(q3, qt)
+                    _transpose_tiles(do3, dot)
                 with _threads_for(n_kv * -(-k_len // BLOCK_K)):
                     _transpose_tiles(k3, kt)
                     _transpose_tiles(v3, vt)
@@ -948,9 +948,13 @@ def _backward_dkdv_kernel(q, qt, k, v, do, dot, lse, delta, mneg, group, causal,
 
 
 @njit_kernel()
-def _backward_one_pass_kernel(q, qt, k, v, do, dot, o, lse, mneg, group, causal, scale, off, ninf, dq, dk, dv, delta):
+def _backward_one_pass_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, off, ninf, dq, dk, dv, delta):
     """One work item per key/value head: every tile product once (five per tile pair), and the
-    item owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows (no atomics)."""
+    item owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows (no atomics). Query
+    tiles outside, key tiles inside: each query tile and its output-gradient tile are transposed
+    once, into tile buffers, for the products that take them transposed (no copy of ``q`` or
+    ``dout``), and every ``dq``, ``dk``, ``dv`` row sums its terms in the same order as a loop with
+    key tiles outside would."""
     q_len, d = q.shape[1], q.shape[2]
     n_kv, k_len, d_v = v.shape
     for h in prange(n_kv):
@@ -958,23 +962,28 @@ def _backward_one_pass_kernel(q, qt, k, v, do, dot, o, lse, mneg, group, causal,
             _row_dots(do[n], o[n], delta[n])
         st_buf = np.empty(BLOCK_K * BLOCK_Q, dk.dtype)
         dpt_buf = np.empty(BLOCK_K * BLOCK_Q, dk.dtype)
+        qt_buf = np.empty(d * BLOCK_Q, dk.dtype)
+        dot_buf = np.empty(d_v * BLOCK_Q, dk.dtype)
         tmp_k = np.empty((BLOCK_K, d), dk.dtype)
         tmp_v = np.empty((BLOCK_K, d_v), dk.dtype)
         tmp_q = np.empty((BLOCK_Q, d), dk.dtype)
-        for j0 in range(0, k_len, BLOCK_K):
-            bk = min(BLOCK_K, k_len - j0)
-            k_b = k[h][j0:j0 + bk]
-            dk_b = dk[h][j0:j0 + bk]
-            for n in range(h * group, (h + 1) * group):
-                for i0 in range(_first_query_tile(j0, off, q_len, causal), q_len, BLOCK_Q):
-                    i1 = min(i0 + BLOCK_Q, q_len)
-                    dst = _dkdv_tile(q[n][i0:i1], _tile(qt[n], i0, i1, d), do[n][i0:i1], _tile(dot[n], i0, i1, d_v),
-                                     k_b, v[h][j0:j0 + bk], i0 + off, j0, causal, mneg[n], scale, ninf, lse[n, i0:i1],
-                                     delta[n, i0:i1], st_buf, dpt_buf, tmp_k[:bk], tmp_v[:bk], dk_b,
-                                     dv[h][j0:j0 + bk])
-                    t_q = tmp_q[: i1 - i0]
-                    np.dot(dst.T, k_b, t_q)  # dQ_a += dS K_b
-                    _add(dq[n][i0:i1], t_q)
-            _scale(dk_b, scale)
         for n in range(h * group, (h + 1) * group):
-            _scale(dq[n], scale)
+            for i0 in range(0, q_len, BLOCK_Q):
+                i1 = min(i0 + BLOCK_Q, q_len)
+                bq = i1 - i0
+                q_a, do_a, dq_a = q[n][i0:i1], do[n][i0:i1], dq[n][i0:i1]
+                qt_a = qt_buf[: d * bq].reshape((d, bq))
+                dot_a = dot_buf[: d_v * bq].reshape((d_v, bq))
+                _transpose_into(q_a, qt_a)
+                _transpose_into(do_a, dot_a)
+                t_q = tmp_q[:bq]
+                for j0 in range(0, _key_end(i1, off, k_len, causal), BLOCK_K):
+                    j1 = min(j0 + BLOCK_K, k_len)  # whole tiles (keys past the causal end are masked)
+                    k_b = k[h][j0:j1]
+                    dst = _dkdv_tile(q_a, qt_a, do_a, dot_a, k_b, v[h][j0:j1], i0 + off, j0, causal, mneg[n], scale,
+                                     ninf, lse[n, i0:i1], delta[n, i0:i1], st_buf, dpt_buf, tmp_k[:j1 - j0],
+                                     tmp_v[:j1 - j0], dk[h][j0:j1], dv[h][j0:j1])
+                    np.dot(dst.T, k_b, t_q)  # dQ_a += dS K_b
+                    _add(dq_a, t_q)
+                _scale(dq_a, scale)
+        _scale(dk[h], scale)
