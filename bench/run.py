@@ -277,8 +277,10 @@ def mechanisms(quick: bool = False) -> dict:
         "",
         "**Fused ALiBi attention: per 64 x 64 tile step (forward and backward), the door's float16 conversions, "
         "the small-query path** (`python bench/alibi_mechanisms.py`: one thread; the tile table float32, d = 64, "
-        "each variant a compiled loop of 4000 calls; the backward step off: handed transposed views of Q and dO "
-        "instead of their stored transposed tiles; the conversions and the small-query path on whole calls, one "
+        "each variant a compiled loop of 4000 calls, the tile steps over 16 key tiles of one query tile; the "
+        "forward step off: the row form with stored transposed key tiles; the backward step off: handed transposed "
+        "views of Q and dO instead of C-contiguous transposed tiles; the conversions and the small-query path on "
+        "whole calls, one "
         "call per variant and round; off: NumPy's casts, and the kernels compiled with `SMALL_Q = 0` so that every "
         "tile takes BLAS):",
         "",
