@@ -46,13 +46,20 @@ query tile of at most ``SMALL_Q`` rows (decoding) forms its two products with pl
 (``_small_qkt``, ``_small_pv``) on the keys as stored, against the kernels compiled here with
 ``SMALL_Q = 0``, where every tile takes the BLAS products on transposed score tiles
 (:data:`SMALL_QUERY_CALLS`).
+
+A fourth times the door's allocation of its outputs, on whole float32 forward + backward calls
+(:func:`huge_pages`: a loop of calls per variant, each variant in its own process, 2 threads):
+``out`` and the gradients of at least 4 MiB start on a 2 MiB boundary (``kernels._numba.new_array``:
+NumPy's transparent huge pages then back them whole), against plain ``np.zeros``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 import types
@@ -363,6 +370,60 @@ def small_queries_markdown(calls: dict) -> str:
     return "\n".join(lines)
 
 
+_HUGE_PAGES_WORKER = r"""
+import json, resource, statistics, sys, time
+import numpy as np
+from posenc_np.kernels import alibi as kalibi
+if sys.argv[1] == "plain":
+    kalibi.new_array = lambda shape, dtype, *, zero=False: (np.zeros if zero else np.empty)(shape, dtype)
+t = int(sys.argv[2])
+rng = np.random.default_rng(0)
+q, k, v, do = (rng.standard_normal((1, 8, t, 64), dtype=np.float32) for _ in range(4))
+slopes = 2.0 ** -np.arange(1.0, 9.0)
+times, faults = [], []
+for i in range(6):  # a training loop's steady state: each step's outputs freed before the next
+    f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    out, lse = kalibi.fused_forward(q, k, v, slopes, True, 0.125, 0)
+    kalibi.fused_backward(do, q, k, v, out, lse, slopes, True, 0.125, 0)
+    times.append(time.perf_counter() - t0)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+    del out, lse
+print(json.dumps({"s": statistics.median(times[1:]), "faults": statistics.median(faults[1:])}))
+"""
+
+
+def huge_pages(rounds: int = 11) -> dict:
+    """Float32 forward + backward (``fused_forward`` then ``fused_backward``, causal, ``(1, 8, T, 64)``,
+    Numba's default threads) with the outputs on huge-page boundaries (``kernels._numba.new_array``)
+    and with plain ``np.zeros`` in its place. Each variant runs in its own process, as a loop of calls
+    whose outputs are freed before the next (a training loop: what malloc then hands back decides
+    the page faults), the processes alternating over ``max(3, rounds // 3)`` rounds:
+    ``{T: {variant: (seconds per call, page faults per call)}}``, medians."""
+    env = {key: val for key, val in os.environ.items() if key != "NUMBA_NUM_THREADS"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    result = {}
+    for t in (2048, 4096):
+        runs = {"huge pages": [], "plain": []}
+        for r in range(max(3, rounds // 3)):
+            for name in (("huge pages", "plain") if r % 2 == 0 else ("plain", "huge pages")):
+                proc = subprocess.run([sys.executable, "-c", _HUGE_PAGES_WORKER, name.split()[0], str(t)],
+                                      capture_output=True, text=True, env=env, check=True, timeout=600)
+                runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        result[t] = {name: (statistics.median(x["s"] for x in v), statistics.median(x["faults"] for x in v))
+                     for name, v in runs.items()}
+    return result
+
+
+def huge_pages_markdown(calls: dict) -> str:
+    lines = ["| mechanism | call (float32, causal, 2 threads, a loop of calls) | without: ms (page faults) | "
+             "with: ms (page faults) | saved |", "|---|---|---:|---:|---:|"]
+    for t, s in calls.items():
+        (on, f_on), (off, f_off) = s["huge pages"], s["plain"]
+        lines.append(f"| outputs on huge pages | forward + backward (1, 8, {t}, 64) | {1e3 * off:.1f} ({f_off:.0f}) | "
+                     f"{1e3 * on:.1f} ({f_on:.0f}) | {100 * (1 - on / off):.0f} % |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 11
     print(markdown(measure(rounds)))
@@ -370,3 +431,5 @@ if __name__ == "__main__":
     print(conversions_markdown(conversions(rounds)))
     print()
     print(small_queries_markdown(small_queries(rounds)))
+    print()
+    print(huge_pages_markdown(huge_pages(rounds)))

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from posenc_np import alibi, attention
+from posenc_np.kernels import _numba
 from posenc_np.kernels import alibi as kalibi
 from posenc_np.testing import gradcheck
 
@@ -454,6 +455,31 @@ def test_never_allocates_a_score_matrix():
     finally:
         tracemalloc.stop()
     assert one_pass_peak - start <= 3 * outputs + slack // 2, one_pass_peak - start
+
+
+def _address(a):
+    return a.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_new_array_puts_large_outputs_on_huge_page_boundaries(zero):
+    big = _numba.new_array((3, 1 << 19), np.float32, zero=zero)  # 6 MiB
+    assert big.shape == (3, 1 << 19) and big.dtype == np.float32 and big.flags.c_contiguous and big.flags.writeable
+    assert _address(big) % _numba.HUGE_PAGE == 0
+    assert big.base.nbytes <= big.nbytes + _numba.HUGE_PAGE  # at most one huge page more
+    if zero:
+        assert not big.any()
+    small = _numba.new_array((500, 500), np.float64, zero=zero)  # under 4 MiB: a plain array
+    assert small.base is None and small.shape == (500, 500)
+    assert _numba.new_array((0, 5), np.float32).shape == (0, 5)
+
+
+def test_alibi_kernels_allocate_large_outputs_on_huge_page_boundaries():
+    q = np.zeros((1, 8, 2048, 64), np.float32)  # 4 MiB
+    out, lse = kalibi.alibi_attention_forward(q, q, q, np.full(8, 0.5), causal=True, scale=0.125)
+    grads = kalibi.alibi_attention_backward(out, q, q, q, out, lse, np.full(8, 0.5), causal=True, scale=0.125)
+    assert all(_address(a) % _numba.HUGE_PAGE == 0 for a in (out, *grads))
+    assert not any(g.any() for g in grads) and not out.any()  # zero-initialised where nothing was added
 
 
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])

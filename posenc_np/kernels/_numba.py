@@ -1,8 +1,8 @@
 """Numba settings shared by every kernel in :mod:`posenc_np.kernels` (RoPE, ALiBi attention, the
 model's fused layers), the vectorisable ``exp`` and maximum they share, and a software prefetch
-(:func:`prefetch_lines`, used by the RoPE kernel): one place decides how
-kernels are compiled (:func:`njit_kernel`), cached (:func:`cache_dir`) and launched (:func:`launch_guard`,
-:class:`blas_single_thread`).
+(:func:`prefetch_lines`, used by the RoPE kernel) and the allocation of large new outputs on huge
+pages (:func:`new_array`, used by the ALiBi kernels): one place decides how kernels are compiled (:func:`njit_kernel`), cached
+(:func:`cache_dir`) and launched (:func:`launch_guard`, :class:`blas_single_thread`).
 
 ``FASTMATH``
     ``{"nsz", "arcp", "contract", "afn", "reassoc"}``: everything in ``fastmath=True``
@@ -32,6 +32,7 @@ locator captures it then), so user code that also uses Numba keeps its own cache
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import tempfile
@@ -48,8 +49,8 @@ from numba.core import compiler as _numba_compiler  # noqa: E402
 from numba.core import config as _numba_config  # noqa: E402
 from numba.core.extending import intrinsic, overload  # noqa: E402
 
-__all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "exp", "from_order_key", "launch_guard", "njit_kernel",
-           "order_key", "prefetch_lines"]
+__all__ = ["FASTMATH", "blas_single_thread", "cache_dir", "exp", "from_order_key", "launch_guard", "new_array",
+           "njit_kernel", "order_key", "prefetch_lines"]
 
 FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
 
@@ -459,3 +460,37 @@ def prefetch_lines(buf, start, count, write):
             _prefetch_write(buf, numba.uint64(k))
         else:
             _prefetch_read(buf, numba.uint64(k))
+
+
+# --------------------------------------------------------------------------- outputs on huge pages
+#
+# NumPy asks Linux for transparent huge pages (``madvise``) on arrays of 4 MiB and more, but a
+# 2 MiB page can only back a 2 MiB-aligned stretch of an allocation, and malloc's large blocks
+# start just past a 4 KiB page boundary: a fresh 4 MiB array gets almost none, and each of its
+# 4 KiB pages is a page fault (about 8 us each on the virtual machine of docs/benchmarks.md). The
+# fused ALiBi kernels' outputs of that size therefore start on a 2 MiB boundary: in a loop of
+# forward + backward calls at (1, 8, 2048, 64), 3458 -> 119 page faults a call. What it buys is on
+# docs/benchmarks.md ("Kernel mechanisms"). (The RoPE kernel's new outputs measured no gain: an
+# array of 64 MiB and more is mostly huge pages anyway.)
+
+#: Alignment of a large new output, bytes (x86-64's transparent huge page).
+HUGE_PAGE = 2 << 20
+#: From this size NumPy asks for huge pages (and :func:`new_array` aligns).
+_ALIGN_FROM = 4 << 20
+
+
+def new_array(shape: tuple[int, ...], dtype, *, zero: bool = False) -> np.ndarray:
+    """A new C-contiguous array for a kernel's output (``np.empty``, or ``np.zeros`` if ``zero``)
+    whose data start on a :data:`HUGE_PAGE` boundary from 4 MiB on.
+
+    A large one is a view of a ``uint8`` buffer up to 2 MiB longer (its ``base``); the unused head
+    and tail are never written, so their pages are never faulted in.
+    """
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    make = np.zeros if zero else np.empty
+    if nbytes < _ALIGN_FROM:
+        return make(shape, dtype)
+    buf = make(nbytes + HUGE_PAGE, np.uint8)
+    start = -buf.__array_interface__["data"][0] % HUGE_PAGE
+    return buf[start:start + nbytes].view(dtype).reshape(shape)

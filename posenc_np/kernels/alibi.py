@@ -80,7 +80,7 @@ from numpy.typing import ArrayLike
 
 from .._checks import (check_bool, check_choice, check_exact_distances, check_grouped_heads, check_int, check_real,
                        check_slopes, require)
-from ._numba import blas_single_thread, exp, from_order_key, launch_guard, njit_kernel, order_key
+from ._numba import blas_single_thread, exp, from_order_key, launch_guard, new_array, njit_kernel, order_key
 
 __all__ = ["BLOCK_K", "BLOCK_Q", "KERNEL_DTYPES", "alibi_attention_backward", "alibi_attention_forward",
            "fused_backward", "fused_forward"]
@@ -272,7 +272,7 @@ def fused_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes: np.ndarra
     compute, io = _dtypes((q, k, v))
     q3, k3, v3 = (_items(a, compute) for a in (q, k, v))
     n_items = q3.shape[0]
-    out = np.zeros((n_items, q_len, dv), dtype=compute)
+    out = new_array((n_items, q_len, dv), compute, zero=True)  # (on huge pages: kernels._numba)
     lse = np.full((n_items, q_len), -np.inf, dtype=compute)
     if n_items and q_len and k_len:
         mneg = _per_item_slopes(slopes, n_items, compute)
@@ -349,9 +349,7 @@ def fused_backward(dout: np.ndarray, q: np.ndarray, k: np.ndarray, v: np.ndarray
     q3, k3, v3, do3, o3 = (_items(a, compute) for a in (q, k, v, dout, out))
     lse2 = np.ascontiguousarray(lse.reshape(q3.shape[:2]), dtype=compute)
     n_items, n_kv = q3.shape[0], k3.shape[0]
-    dq = np.zeros(q3.shape, dtype=compute)
-    dk = np.zeros(k3.shape, dtype=compute)
-    dv = np.zeros(v3.shape, dtype=compute)
+    dq, dk, dv = (new_array(a.shape, compute, zero=True) for a in (q3, k3, v3))  # (on huge pages)
     if n_items and q_len and k_len:
         mneg = _per_item_slopes(slopes, n_items, compute)
         delta = np.empty((n_items, q_len), dtype=compute)
