@@ -344,8 +344,8 @@ def markdown(us: dict) -> str:
     lines.append(f"| transposed Q and dO tiles (backward) | {1e6 * off:.2f} | {1e6 * on:.2f} | "
                  f"{100 * (off - on) / on:.0f} % of the backward tile step |")
     lines += ["", f"For scale: `P~ V_b` {1e6 * us['P~V']:.2f} us, the library's whole tile step (both products, "
-                  f"scores, exponentials, rescaling; {TILES} key tiles of one query tile, per tile) {1e6 * step:.2f} us, "
-                  "its backward tile step (five products, "
+                  f"scores, exponentials, rescaling; {TILES} key tiles of one query tile, per tile) "
+                  f"{1e6 * step:.2f} us, its backward tile step (five products, "
                   f"the score loop, three accumulations) {1e6 * on:.2f} us (one thread, float32, 64 x 64 tiles, "
                   "d = 64)."]
     return "\n".join(lines)

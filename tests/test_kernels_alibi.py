@@ -457,6 +457,39 @@ def test_never_allocates_a_score_matrix():
     assert one_pass_peak - start <= 3 * outputs + slack // 2, one_pass_peak - start
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "symmetric"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_score_step_matches_the_row_form(causal, dtype):
+    # the BLAS path's score step (_fwd_scores_t, on S^T) against the decoding path's (_fwd_scores, on S):
+    # the same masks and non-finite rows, and the same values up to a rounding of the logits (the kernel
+    # flags allow fused multiply-adds, and LLVM contracts the two loops differently)
+    rng = np.random.default_rng(21)
+    ft = dtype
+    eps = np.finfo(ft).eps
+    ninf, m, scale = ft(-np.inf), ft(-0.0625), ft(0.37)
+    for pos0, j0, first in ((500, 0, False), (40, 64, True), (10, 0, True), (-30, 0, True)):
+        s = (rng.standard_normal((48, 64)) * 4).astype(ft)
+        s[3, 5], s[7, 9], s[11, 2] = np.nan, np.inf, -np.inf
+        row_max = np.full(48, ninf, ft) if first else (rng.standard_normal(48) * 3).astype(ft)
+        row_max[20] = np.nan
+        srow, mrow, lrow, arow = s.copy(), row_max.copy(), np.ones(48, ft), np.empty(48, ft)
+        kalibi._fwd_scores(srow, pos0, j0, causal, m, scale, ninf, mrow, lrow, arow)
+        st, mcol, lcol, acol = s.T.copy(), row_max.copy(), np.ones(48, ft), np.empty(48, ft)
+        kalibi._fwd_scores_t(st, pos0, j0, causal, m, scale, ninf, mcol, lcol, acol, np.empty(48, ft),
+                             np.empty(48, np.bool_), np.arange(48).astype(ft))
+        nan_rows = np.isnan(mrow)
+        np.testing.assert_array_equal(np.isnan(mcol), nan_rows)
+        assert nan_rows[20] and nan_rows[3] == (not causal or pos0 + 3 >= j0 + 5)  # NaN kept: the row is NaN
+        assert np.isnan(lcol[nan_rows]).all() and np.isnan(lrow[nan_rows]).all()
+        # the other rows: P~ (0 where masked), maxima, rescale factors and sums agree
+        tol = dict(rtol=64 * 64 * eps, atol=4 * np.finfo(ft).tiny, equal_nan=True)  # |logit| < 64: 64 ulp of 1
+        np.testing.assert_allclose(st.T[~nan_rows], srow[~nan_rows], **tol)
+        np.testing.assert_array_equal(st.T[~nan_rows] == 0, srow[~nan_rows] == 0)
+        np.testing.assert_allclose(mcol[~nan_rows], mrow[~nan_rows], **tol)
+        np.testing.assert_allclose(acol[~nan_rows], arow[~nan_rows], **tol)
+        np.testing.assert_allclose(lcol[~nan_rows], lrow[~nan_rows], **tol)
+
+
 def _address(a):
     return a.__array_interface__["data"][0]
 

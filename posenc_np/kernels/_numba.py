@@ -1,8 +1,9 @@
 """Numba settings shared by every kernel in :mod:`posenc_np.kernels` (RoPE, ALiBi attention, the
 model's fused layers), the vectorisable ``exp`` and maximum they share, and a software prefetch
 (:func:`prefetch_lines`, used by the RoPE kernel) and the allocation of large new outputs on huge
-pages (:func:`new_array`, used by the ALiBi kernels): one place decides how kernels are compiled (:func:`njit_kernel`), cached
-(:func:`cache_dir`) and launched (:func:`launch_guard`, :class:`blas_single_thread`).
+pages (:func:`new_array`, used by the ALiBi kernels): one place decides how kernels are compiled
+(:func:`njit_kernel`), cached (:func:`cache_dir`) and launched (:func:`launch_guard`,
+:class:`blas_single_thread`).
 
 ``FASTMATH``
     ``{"nsz", "arcp", "contract", "afn", "reassoc"}``: everything in ``fastmath=True``

@@ -45,12 +45,11 @@ running maxima and sums are elementwise updates, no horizontal reduction (:func:
 and :math:`\tilde P V_b` is BLAS's product with a transposed first operand; it copies no input.
 The backward's products with a transpose take C-contiguous transposed tiles: the one-pass
 backward transposes each query tile of Q and dO once into tile buffers (it copies no input), the
-two-pass backward stores tile-transposed copies of Q, dO, K and V (:func:`_transpose_tiles`). Small query tiles (decoding) keep the row
-form, whose row maxima are integer maxima of order keys
+two-pass backward stores tile-transposed copies of Q, dO, K and V (:func:`_transpose_tiles`).
+Small query tiles (decoding) keep the row form, whose row maxima are integer maxima of order keys
 (:func:`~posenc_np.kernels._numba.order_key`), so that the score loop vectorises along the keys.
-The exponential is the vectorisable polynomial
-:func:`posenc_np.kernels._numba.exp` (within 0.91-2.0 ulp; ``math.exp`` stays a scalar libm call,
-1.33-1.48x slower), and every inner loop avoids float -> int64 conversions (no AVX2 instruction;
+The exponential is the vectorisable polynomial :func:`posenc_np.kernels._numba.exp` (within
+0.91-2.0 ulp; ``math.exp`` stays a scalar libm call, 1.33-1.48x slower), and every inner loop avoids float -> int64 conversions (no AVX2 instruction;
 they kept the loops scalar). float32 and float64 inputs compute and accumulate in their dtype;
 float16 and bfloat16 are converted to float32 once and rounded back once (``lse`` stays float32).
 Measured float32 error against float64: <= 7.5e-7 (normalised by ``max(1, max|ref|)``), enforced
@@ -510,8 +509,9 @@ def _fwd_scores_t(st, pos0, j0, causal, m, scale, ninf, row_max, row_sum, alpha,
     elementwise updates along a key row, so every loop vectorises over the queries with no
     horizontal reduction (a float maximum, no order keys: nothing is reordered), and a masked score
     is ``-inf``, whose exponential is 0. ``ref``, ``nan_seen``: scratch of one entry per query;
-    ``apos[a] = a``. The logits are the same bits as :func:`_fwd_scores`' (the same exact distance
-    as a float, the same operations).
+    ``apos[a] = a``. The logits are :func:`_fwd_scores`' (the same exact distance as a float, the
+    same operations) up to a rounding: the fast-math flags allow fused multiply-adds, and LLVM
+    contracts the two loops differently (``tests/test_kernels_alibi.py`` compares the two).
     """
     bk, bq = st.shape
     ft = st.dtype.type
@@ -705,7 +705,7 @@ def _attend_range(q_a, k_n, v_n, pos0, j_lo, j_hi, causal, m, scale, ninf, acc, 
     pv = np.empty((bq, acc.shape[1]), dt)
     s_buf = np.empty(bq * BLOCK_K, dt)
     small = bq <= SMALL_Q
-    qt_a = np.empty((0 if small else d, bq), dt)
+    qt_a = np.empty((0 if small else d, bq), dt)  # Q_a^T (the row form needs none: zero rows)
     _transpose_into(q_a, qt_a)
     ref = np.empty(bq, dt)
     nan_seen = np.empty(bq, np.bool_)
@@ -951,8 +951,8 @@ def _backward_one_pass_kernel(q, k, v, do, o, lse, mneg, group, causal, scale, o
     item owns the ``dq`` rows of its query heads and its ``dk``, ``dv`` rows (no atomics). Query
     tiles outside, key tiles inside: each query tile and its output-gradient tile are transposed
     once, into tile buffers, for the products that take them transposed (no copy of ``q`` or
-    ``dout``), and every ``dq``, ``dk``, ``dv`` row sums its terms in the same order as a loop with
-    key tiles outside would."""
+    ``dout``). A ``dq`` row sums its terms over the key tiles in ascending order, a ``dk`` or ``dv``
+    row over its query heads and their query tiles in ascending order."""
     q_len, d = q.shape[1], q.shape[2]
     n_kv, k_len, d_v = v.shape
     for h in prange(n_kv):
